@@ -1,0 +1,136 @@
+"""The `trace-join` command: thin Typer commands over tracejoin.collector.
+
+Exit codes (DESIGN.md): 0 found or done, 1 nothing found, 2 bad usage or bad input. Errors are one
+line on stderr; set TRACEJOIN_DEBUG=1 to see a traceback instead.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import List, Optional
+
+import typer
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Join a reply id or x-request-id to everything every component recorded about it.",
+)
+
+DbOption = typer.Option(None, "--db", help="DuckDB store [default: $TRACEJOIN_DB or ./tracejoin.duckdb]")
+JsonOption = typer.Option(False, "--json", help="Print JSON for scripts.")
+
+
+class Failure(Exception):
+    """Ends a command with one line on stderr and an exit code."""
+
+    def __init__(self, message: str, code: int = 2):
+        super().__init__(message)
+        self.code = code
+
+
+def _open(db: Optional[str], *, read_only: bool):
+    from tracejoin.collector.store import StoreError, open_store
+
+    try:
+        return open_store(db, read_only=read_only)
+    except StoreError as e:
+        raise Failure(str(e)) from None
+
+
+@app.command()
+def ingest(
+    paths: List[str] = typer.Argument(..., help="Files, folders or globs; .gz is read as it is."),
+    db: Optional[str] = DbOption,
+    as_json: bool = JsonOption,
+):
+    """Read log, span, trace and perf files into the store. Reading the same bytes again adds nothing."""
+    from tracejoin.collector.ingest import Ingester, InputError
+    from tracejoin.cli import render
+
+    with _open(db, read_only=False) as store:
+        with render.byte_progress(paths) as progress:
+            try:
+                result = Ingester(store, progress=progress).ingest_paths(paths)
+            except InputError as e:
+                raise Failure(str(e)) from None
+    render.ingest_summary(result, as_json)
+    for line in result.errors:
+        print(f"trace-join: error: {line}", file=sys.stderr)
+    if result.errors or result.quarantined:
+        raise typer.Exit(2)
+
+
+@app.command()
+def lookup(
+    id: str = typer.Argument(..., help="A reply id, x-request-id, internal, disagg, trace or engine request id."),
+    db: Optional[str] = DbOption,
+    as_json: bool = JsonOption,
+    since: Optional[str] = typer.Option(None, help="Only requests seen at or after: ISO time, or 30m, 2h, 1d ago."),
+    until: Optional[str] = typer.Option(None, help="Only requests seen at or before: ISO time, or 30m, 2h, 1d ago."),
+):
+    """Show every record of the request(s) an id names, across workers, on one timeline."""
+    from tracejoin.collector.lookup import Window, lookup as do_lookup
+    from tracejoin.cli import render
+
+    window = Window(_time_arg(since, "--since"), _time_arg(until, "--until"))
+    with _open(db, read_only=True) as store:
+        result = do_lookup(store, id, window)
+    if as_json:
+        render.print_json(result)
+    if not result["requests"]:
+        raise Failure(f"nothing found for {id!r} (looked for it as any kind of id{render.window_text(result)})", 1)
+    if not as_json:
+        render.lookup_text(result)
+
+
+@app.command()
+def quarantine(db: Optional[str] = DbOption, as_json: bool = JsonOption, limit: int = typer.Option(50, help="Rows.")):
+    """List lines that could not be read, with their file, line, byte offset and reason."""
+    from tracejoin.cli import render
+
+    with _open(db, read_only=True) as store:
+        cur = store.con.execute(
+            'SELECT path, line_no, "offset", reason, excerpt FROM quarantine ORDER BY path, line_no LIMIT ?', [limit]
+        )
+        rows = [dict(zip(("path", "line", "offset", "reason", "excerpt"), r)) for r in cur.fetchall()]
+    render.table_of_rows(rows, as_json, title="quarantined lines")
+
+
+def _time_arg(text: Optional[str], option: str) -> Optional[int]:
+    if text is None:
+        return None
+    from tracejoin.cli.times import parse_time
+
+    try:
+        return parse_time(text)
+    except ValueError as e:
+        raise Failure(f"{option}: {e}") from None
+
+
+def run() -> None:
+    try:
+        code = app(standalone_mode=False)
+    except Failure as e:
+        print(f"trace-join: {e}", file=sys.stderr)
+        sys.exit(e.code)
+    except (typer.Abort, KeyboardInterrupt):
+        print("trace-join: interrupted", file=sys.stderr)
+        sys.exit(130)
+    except Exception as e:  # a bug or an environment problem; still one line unless debugging
+        import click
+
+        if isinstance(e, click.ClickException):
+            e.show()
+            sys.exit(e.exit_code)
+        if os.environ.get("TRACEJOIN_DEBUG"):
+            raise
+        print(f"trace-join: error: {type(e).__name__}: {e} (TRACEJOIN_DEBUG=1 shows where)", file=sys.stderr)
+        sys.exit(2)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,151 @@
+"""What the commands print: JSON for scripts, rich tables and timelines for people.
+
+rich is imported inside the functions that draw, so `lookup --json` never pays for it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+
+import orjson
+
+PROGRESS_MIN_BYTES = 32 << 20  # below this a bar only flickers
+
+
+def print_json(obj) -> None:
+    sys.stdout.buffer.write(orjson.dumps(obj, option=orjson.OPT_INDENT_2) + b"\n")
+    sys.stdout.flush()
+
+
+def window_text(result: dict) -> str:
+    w = result["window"]
+    if not (w["since"] or w["until"]):
+        return ""
+    return f" between {w['since'] or 'the start'} and {w['until'] or 'now'}"
+
+
+@contextlib.contextmanager
+def byte_progress(paths: list[str]):
+    """A progress bar over the bytes of large inputs on a terminal; a no-op callback otherwise."""
+    from tracejoin.collector.ingest import expand_paths
+
+    try:
+        total = sum(os.path.getsize(p) for p, _ in expand_paths(paths))
+    except Exception:  # missing paths are reported by ingest itself
+        total = 0
+    if total < PROGRESS_MIN_BYTES or not sys.stderr.isatty():
+        yield None
+        return
+    from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
+
+    with Progress(
+        "[progress.description]{task.description}", BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+        TimeRemainingColumn(), transient=True,
+    ) as bar:
+        task = bar.add_task("ingesting", total=total)
+        yield lambda n: bar.advance(task, n)
+
+
+def ingest_summary(result, as_json: bool) -> None:
+    by_source = {
+        name: {"files": s.files, "records": s.records, "requests": s.requests, "quarantined": s.quarantined}
+        for name, s in sorted(result.by_source.items())
+    }
+    if as_json:
+        print_json({
+            "sources": by_source, "errors": result.errors, "skipped": result.skipped,
+            "quarantine_samples": result.quarantine_samples, "held_back": result.held_back,
+        })
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    table = Table("source", "files", "records", "requests", "quarantined", title="ingested", title_justify="left")
+    for name, s in by_source.items():
+        table.add_row(name, *(str(s[k]) for k in ("files", "records", "requests", "quarantined")))
+    console.print(table)
+    err = Console(stderr=True)
+    for sample in result.quarantine_samples:
+        err.print(f"quarantined {sample}", highlight=False, markup=False)
+    if result.quarantined > len(result.quarantine_samples):
+        err.print(f"({result.quarantined} quarantined lines in all: `trace-join quarantine` lists them)", markup=False)
+    for path in result.skipped:
+        err.print(f"skipped {path}: not a format trace-join reads", highlight=False, markup=False)
+    for where in result.held_back:
+        err.print(f"held back an unfinished last line at {where}; it is read once the file grows", markup=False)
+
+
+def table_of_rows(rows: list[dict], as_json: bool, title: str) -> None:
+    if as_json:
+        print_json(rows)
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    if not rows:
+        print(f"no {title}")
+        return
+    table = Table(*rows[0].keys(), title=title, title_justify="left")
+    for row in rows:
+        table.add_row(*("" if v is None else str(v) for v in row.values()))
+    Console().print(table)
+
+
+def lookup_text(result: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
+
+    # Piped output keeps whole lines rather than wrapping at 80 columns.
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 220)
+    for warning in result["warnings"]:
+        console.print(Text(f"warning: {warning}", style="yellow"))
+    requests = result["requests"]
+    console.print(
+        f"{result['query']} ({result['id_kind']}) names {len(requests)} request{'s' if len(requests) != 1 else ''}"
+        f"{window_text(result)}"
+    )
+    for i, request in enumerate(requests, 1):
+        console.print()
+        console.print(Text(f"request {i} of {len(requests)}", style="bold"))
+        ids = request["ids"]
+        for kind, values in ids.items():
+            if kind == "engine_request_id":
+                values = [f"{e['id']} on {e['worker']}" for e in values]
+            if values:
+                console.print(f"  {kind:<18} {', '.join(values)}", markup=False)
+        times = [_seconds(r["time"]) for r in request["records"] if r["time"]]
+        start = min(times) if times else None
+        table = Table("worker", "role", "records", "first", "last", box=None, padding=(0, 2), title_justify="left")
+        for w in request["workers"]:
+            own = [_seconds(r["time"]) for r in request["records"] if r["worker"] == w["worker"] and r["time"]]
+            table.add_row(
+                w["worker"] or "?", w["role"] or "?", str(w["records"]),
+                _offset(min(own), start) if own else "", _offset(max(own), start) if own else "",
+            )
+        console.print(table)
+        timeline = Table("time (UTC)", "+ms", "Δms", "worker", "kind", "summary", box=None, padding=(0, 1))
+        previous = None
+        for r in request["records"]:
+            t = _seconds(r["time"]) if r["time"] else None
+            delta = "" if t is None or previous is None else f"{(t - previous) * 1000:.1f}"
+            timeline.add_row(
+                (r["time"] or "")[11:26], _offset(t, start) if t is not None else "", delta,
+                f"{r['worker'] or '?'} ({r['role'] or '?'})", r["kind"],
+                ("[ambiguous] " if r.get("ambiguous") else "") + r["summary"],
+            )
+            previous = t if t is not None else previous
+        console.print(timeline)
+
+
+def _seconds(iso: str) -> float:
+    from datetime import datetime
+
+    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+
+
+def _offset(t: float, start: float | None) -> str:
+    return "" if start is None else f"{(t - start) * 1000:.1f}"

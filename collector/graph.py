@@ -1,0 +1,270 @@
+"""The id graph: from the records that carry a looked-up id to the whole requests they belong to.
+
+Records are joined by keys (docs/id-model.md):
+- a key id (reply id, internal id, disagg request id, engine request id with its worker) joins
+  every record that carries it;
+- the span tree: records in the same span belong together, and a span's children join the
+  request of their parent when the parent was recorded by a serving process (a client's span is
+  shared by every request it made, so it joins nothing).
+Labels (`x_request_id`, `trace_id`, a bare engine id) only find records; they never join them.
+
+A key carried by two requests that started separately (two entry records in different traces, or
+in one trace but in unrelated spans) is a collision: it joins records only within each trace, and
+records that carry it with nothing else to tell them apart are shown as ambiguous.
+
+The walk is breadth-first over the `record_ids` index, a few queries per step, so a lookup touches
+only the records of the requests it returns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .ids import ENGINE_REQUEST_ID, KEY_KINDS, PARENT_SPAN, SPAN
+
+SERVING_ROLES = {"router", "frontend", "proxy", "agg", "ctx", "gen", "prefill", "decode", "worker"}
+_CHUNK = 2000  # values per IN list
+
+
+@dataclass
+class Node:
+    record_id: int
+    time_ns: int | None
+    worker: str | None
+    role: str | None
+    entry: bool
+    trace_id: str | None
+    span_id: str | None
+    parent_span_id: str | None
+    ids: list[tuple[str, str, str | None]] = field(default_factory=list)
+
+    def keys(self):
+        for kind, value, scope in self.ids:
+            if kind in KEY_KINDS and (kind != ENGINE_REQUEST_ID or scope is not None):
+                yield kind, value, scope
+
+
+@dataclass
+class Request:
+    record_ids: set[int]
+    ambiguous: set[int] = field(default_factory=set)  # shown here and in another request
+
+
+@dataclass
+class Collision:
+    kind: str
+    value: str
+    requests: int
+    ok_traces: set[str]  # traces within which the key still names one request
+
+
+class IdGraph:
+    def __init__(self, con):
+        self.con = con
+        self.nodes: dict[int, Node] = {}
+        self._rows: dict[str, list[tuple[int, str, str | None]]] = {}  # value -> (record, kind, scope)
+        self._collisions: dict[tuple, Collision | None] = {}
+        self.warnings: list[str] = []
+
+    # -- loading --------------------------------------------------------------------------------
+
+    def rows_for(self, values) -> None:
+        """Fetch, once, every (record, kind, scope) carrying each value."""
+        missing = [v for v in set(values) if v not in self._rows]
+        for v in missing:
+            self._rows[v] = []
+        for i in range(0, len(missing), _CHUNK):
+            chunk = missing[i:i + _CHUNK]
+            marks = ",".join("?" * len(chunk))
+            for record_id, kind, value, scope in self.con.execute(
+                f"SELECT record_id, kind, value, scope FROM record_ids WHERE value IN ({marks})", chunk
+            ).fetchall():
+                self._rows[value].append((record_id, kind, scope))
+
+    def load(self, record_ids) -> None:
+        """Fetch, once, the facts and ids of these records."""
+        missing = [r for r in set(record_ids) if r not in self.nodes]
+        for i in range(0, len(missing), _CHUNK):
+            chunk = missing[i:i + _CHUNK]
+            marks = ",".join("?" * len(chunk))
+            for row in self.con.execute(
+                f"""SELECT r.record_id, r.time_ns, coalesce(r.worker, o.worker), coalesce(r.role, o.role),
+                           r.entry, r.trace_id, r.span_id, r.parent_span_id
+                    FROM records r JOIN origins o USING (origin_id) WHERE r.record_id IN ({marks})""",
+                chunk,
+            ).fetchall():
+                self.nodes[row[0]] = Node(*row)
+            for record_id, kind, value, scope in self.con.execute(
+                f"SELECT record_id, kind, value, scope FROM record_ids WHERE record_id IN ({marks})", chunk
+            ).fetchall():
+                self.nodes[record_id].ids.append((kind, value, scope))
+
+    def carriers(self, values, kinds=None) -> list[tuple[int, str]]:
+        """(record, kind) of every record carrying one of these values (as an id of `kinds`)."""
+        self.rows_for(values)
+        return [
+            (record_id, kind)
+            for v in set(values)
+            for record_id, kind, _ in self._rows[v]
+            if (kinds is None and kind not in (SPAN, PARENT_SPAN)) or (kinds is not None and kind in kinds)
+        ]
+
+    # -- collisions -----------------------------------------------------------------------------
+
+    def collision(self, key: tuple[str, str, str | None]) -> Collision | None:
+        if key in self._collisions:
+            return self._collisions[key]
+        kind, value, scope = key
+        self.rows_for([value])
+        holders = [r for r, k, s in self._rows[value] if k == kind and s == scope]
+        self.load(holders)
+        entries = [self.nodes[r] for r in holders if self.nodes[r].entry]
+        clusters = _cluster_entries(entries)
+        result = None
+        if len(clusters) > 1:
+            traces: dict[str | None, int] = {}
+            for cluster in clusters:
+                for trace in {e.trace_id for e in cluster}:
+                    traces[trace] = traces.get(trace, 0) + 1
+            result = Collision(kind, value, len(clusters), {t for t, n in traces.items() if t and n == 1})
+            self.warnings.append(
+                f"collision: {kind} {value} is carried by {len(clusters)} requests that started separately; "
+                f"they are listed apart, not merged"
+            )
+        self._collisions[key] = result
+        return result
+
+    # -- the walk -------------------------------------------------------------------------------
+
+    def _neighbors(self, node: Node, ambiguous: set[int]) -> set[int]:
+        out: set[int] = set()
+        for key in node.keys():
+            kind, value, scope = key
+            holders = [r for r, k, s in self._rows[value] if k == kind and s == scope]
+            collision = self.collision(key)
+            if collision is None:
+                out.update(holders)
+            elif node.trace_id in collision.ok_traces:
+                self.load(holders)
+                out.update(r for r in holders if self.nodes[r].trace_id == node.trace_id)
+            else:
+                ambiguous.add(node.record_id)
+        serving = node.role in SERVING_ROLES
+        if node.trace_id and node.span_id:
+            for r, kind, _ in self._rows[f"{node.trace_id}/{node.span_id}"]:
+                if kind == SPAN or (kind == PARENT_SPAN and serving):
+                    out.add(r)
+        if node.trace_id and node.parent_span_id:
+            parents = [r for r, kind, _ in self._rows[f"{node.trace_id}/{node.parent_span_id}"] if kind == SPAN]
+            self.load(parents)
+            out.update(r for r in parents if self.nodes[r].role in SERVING_ROLES)
+        return out
+
+    def component(self, start: int, ambiguous: set[int]) -> set[int]:
+        seen = {start}
+        frontier = [start]
+        while frontier:
+            self.load(frontier)
+            values = []
+            for r in frontier:
+                n = self.nodes[r]
+                values += [v for _, v, _ in n.keys()]
+                if n.trace_id and n.span_id:
+                    values.append(f"{n.trace_id}/{n.span_id}")
+                if n.trace_id and n.parent_span_id:
+                    values.append(f"{n.trace_id}/{n.parent_span_id}")
+            self.rows_for(values)
+            nxt = []
+            for r in frontier:
+                for nb in self._neighbors(self.nodes[r], ambiguous):
+                    if nb not in seen:
+                        seen.add(nb)
+                        nxt.append(nb)
+            frontier = nxt
+        return seen
+
+    def requests(self, seeds: list[int]) -> list[Request]:
+        """The requests these records belong to, in order of their first record."""
+        self.load(seeds)
+        ordered = sorted(seeds, key=lambda r: (self.nodes[r].time_ns or 0, r))
+        placed: set[int] = set()
+        ambiguous: set[int] = set()
+        requests: list[Request] = []
+        for seed in ordered:
+            if seed in placed:
+                continue
+            comp = self.component(seed, ambiguous)
+            placed |= comp
+            requests.append(Request(comp))
+        self.load(placed)
+        return self._place_ambiguous(requests, ambiguous)
+
+    def _place_ambiguous(self, requests: list[Request], ambiguous: set[int]) -> list[Request]:
+        """A request made only of records whose key collided, with nothing else to place them, is
+        shown inside the collided requests whose time spans cover it (all of them if none does)."""
+        anchored = [q for q in requests if any(self.nodes[r].entry for r in q.record_ids)]
+        result = list(anchored)
+        for q in requests:
+            if q in anchored:
+                continue
+            if not (q.record_ids & ambiguous):
+                result.append(q)
+                continue
+            keys = {k for r in q.record_ids & ambiguous for k in self.nodes[r].keys()}
+            candidates = [
+                a for a in anchored
+                if any(k in set(self.nodes[r].keys()) for r in a.record_ids for k in keys)
+            ]
+            if not candidates:
+                result.append(q)
+                continue
+            times = [self.nodes[r].time_ns for r in q.record_ids if self.nodes[r].time_ns is not None]
+            covering = [a for a in candidates if times and _covers(self._span_of(a), min(times))] or candidates
+            for a in covering:
+                a.record_ids |= q.record_ids
+                if len(covering) > 1:
+                    a.ambiguous |= q.record_ids
+            if len(covering) > 1:
+                self.warnings.append(
+                    f"{len(q.record_ids)} record(s) carry only a collided id and cannot be told apart: "
+                    f"shown in each of the {len(covering)} requests that share it, marked ambiguous"
+                )
+        return sorted(result, key=lambda q: min((self.nodes[r].time_ns or 0) for r in q.record_ids))
+
+    def _span_of(self, request: Request) -> tuple[int, int]:
+        times = [self.nodes[r].time_ns for r in request.record_ids if self.nodes[r].time_ns is not None]
+        return (min(times), max(times)) if times else (0, -1)
+
+
+def _covers(window: tuple[int, int], t: int) -> bool:
+    return window[0] <= t <= window[1]
+
+
+def _cluster_entries(entries: list[Node]) -> list[list[Node]]:
+    """Entry records that belong to one request: same trace and the same span, or one the other's
+    parent (a proxy and the server behind it)."""
+    clusters: list[list[Node]] = []
+    for e in entries:
+        joined = None
+        for cluster in clusters:
+            if any(_same_request(e, other) for other in cluster):
+                if joined is None:
+                    cluster.append(e)
+                    joined = cluster
+                else:
+                    joined.extend(cluster)
+                    cluster.clear()
+        clusters = [c for c in clusters if c]
+        if joined is None:
+            clusters.append([e])
+    return clusters
+
+
+def _same_request(a: Node, b: Node) -> bool:
+    if not a.trace_id or a.trace_id != b.trace_id:
+        return False
+    if a.span_id and a.span_id == b.span_id:
+        return True
+    return bool(
+        (a.parent_span_id and a.parent_span_id == b.span_id) or (b.parent_span_id and b.parent_span_id == a.span_id)
+    )

@@ -1,0 +1,67 @@
+"""Ids that are parsed out of other ids (docs/id-model.md, rule 4).
+
+- `chatcmpl-<uuid>` / `cmpl-<uuid>` (Dynamo's reply ids) name the internal id `<uuid>`;
+- `resp_<disagg_request_id>_<16 hex>` names the disaggregated request;
+- a vLLM engine id is its caller's id plus `-<8 hex>`: `<uuid>-<8 hex>` under Dynamo names the
+  internal id, `chatcmpl-<base>-<8 hex>` the reply id.
+
+Derived ids are added next to the id they come from when a record is read, and to the query when
+someone looks an id up, so a reply id that no log ever printed still finds its request. The id
+kinds themselves are defined here too.
+"""
+
+from __future__ import annotations
+
+import re
+
+# Id kinds. Keys name one request (engine ids only together with their worker); labels may be
+# shared by many requests and never merge them. docs/id-model.md explains each.
+REPLY_ID = "reply_id"
+INTERNAL_ID = "internal_id"
+X_REQUEST_ID = "x_request_id"
+DISAGG_REQUEST_ID = "disagg_request_id"
+TRACE_ID = "trace_id"
+ENGINE_REQUEST_ID = "engine_request_id"
+CTX_REQUEST_ID = "ctx_request_id"
+
+ID_KINDS = (REPLY_ID, INTERNAL_ID, X_REQUEST_ID, DISAGG_REQUEST_ID, TRACE_ID, ENGINE_REQUEST_ID, CTX_REQUEST_ID)
+KEY_KINDS = (REPLY_ID, INTERNAL_ID, DISAGG_REQUEST_ID, ENGINE_REQUEST_ID)
+# Not ids a user quotes but the edges of the span tree, stored beside the ids as "<trace>/<span>":
+# the span a record belongs to, and its parent span.
+SPAN = "span"
+PARENT_SPAN = "parent_span"
+
+
+_UUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+_DYNAMO_REPLY = re.compile(rf"^(?:chatcmpl|cmpl)-({_UUID})$")
+_DISAGG_RESPONSES_REPLY = re.compile(r"^resp_(\d+)_[0-9a-f]{16}$")
+_VLLM_ENGINE_UNDER_DYNAMO = re.compile(rf"^({_UUID})-[0-9a-f]{{8}}$")
+_VLLM_ENGINE = re.compile(r"^((?:chatcmpl|cmpl)-[0-9A-Za-z_-]+?)(?:-\d+)?-[0-9a-f]{8}$")
+UUID_RE = re.compile(rf"^{_UUID}$")
+REPLY_PREFIXES = ("chatcmpl-", "cmpl-", "resp_", "msg_", "embd-")
+
+
+def derived(kind: str, value: str) -> list[tuple[str, str]]:
+    """(kind, value) pairs that an id of this kind and value implies."""
+    if kind == REPLY_ID:
+        m = _DYNAMO_REPLY.match(value)
+        if m:
+            return [(INTERNAL_ID, m.group(1).lower())]
+        m = _DISAGG_RESPONSES_REPLY.match(value)
+        if m:
+            return [(DISAGG_REQUEST_ID, m.group(1))]
+    elif kind == ENGINE_REQUEST_ID:
+        m = _VLLM_ENGINE_UNDER_DYNAMO.match(value)
+        if m:
+            return [(INTERNAL_ID, m.group(1).lower())]
+        m = _VLLM_ENGINE.match(value)
+        if m:
+            return [(REPLY_ID, m.group(1))]
+    return []
+
+
+def implied_by_query(query: str) -> list[tuple[str, str]]:
+    """Ids a looked-up string implies beyond itself: a reply id's internal or disagg id."""
+    if query.startswith(REPLY_PREFIXES):
+        return derived(REPLY_ID, query)
+    return []

@@ -1,0 +1,263 @@
+"""Reading files into the store: find them, recognize their format, resume where an earlier run
+stopped, parse line by line, quarantine what cannot be read, write in Arrow batches.
+
+Resuming: an origin is known by a hash of its first bytes (up to HEAD bytes), so the same bytes
+under another name, a copy, or a rotated file are recognized, and a file that grew is read from
+where the last run stopped. Each batch is stored together with the position it reaches.
+"""
+
+from __future__ import annotations
+
+import glob
+import gzip
+import hashlib
+import os
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+from . import sources
+from .records import BatchBuilder
+from .store import Origin, Store
+
+HEAD = 4096  # bytes hashed to recognize a file
+MAX_LINE = 1 << 20  # longer lines are quarantined, not parsed
+BATCH_RECORDS = 50_000
+SNIFF_LINES = 20
+
+
+class InputError(Exception):
+    """Input that cannot be read at all (missing path, unknown format); one line for the user."""
+
+
+@dataclass
+class SourceSummary:
+    files: int = 0
+    records: int = 0
+    requests: int = 0
+    quarantined: int = 0
+
+
+@dataclass
+class IngestResult:
+    by_source: dict[str, SourceSummary] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)  # one line per file that could not be read
+    skipped: list[str] = field(default_factory=list)  # files in folders whose format is unknown
+    quarantine_samples: list[str] = field(default_factory=list)
+    held_back: list[str] = field(default_factory=list)  # unterminated last lines left for later
+
+    @property
+    def quarantined(self) -> int:
+        return sum(s.quarantined for s in self.by_source.values())
+
+    @property
+    def records(self) -> int:
+        return sum(s.records for s in self.by_source.values())
+
+
+def expand_paths(paths: list[str]) -> list[tuple[Path, bool]]:
+    """Files named by paths, folders (recursively) and globs; the flag says it was named directly."""
+    found: list[tuple[Path, bool]] = []
+    for p in paths:
+        if any(ch in p for ch in "*?["):
+            matches = sorted(glob.glob(p, recursive=True))
+            if not matches:
+                raise InputError(f"no files match {p}")
+            found += [(Path(m), False) for m in matches if os.path.isfile(m)]
+        elif os.path.isdir(p):
+            for root, dirs, files in os.walk(p):
+                dirs.sort()
+                found += [(Path(root) / f, False) for f in sorted(files) if not f.startswith(".")]
+        elif os.path.isfile(p):
+            found.append((Path(p), True))
+        else:
+            raise InputError(f"no such file or folder: {p}")
+    return found
+
+
+def _open(path: Path):
+    """Binary reader over the file's bytes, decompressing gzip (recognized by its magic)."""
+    f = open(path, "rb")
+    if f.read(2) == b"\x1f\x8b":
+        f.close()
+        return gzip.open(path, "rb"), True
+    f.seek(0)
+    return f, False
+
+
+def _head_lines(head: bytes) -> list[bytes]:
+    return [ln for ln in head.split(b"\n")[:SNIFF_LINES] if ln.strip()]
+
+
+def iter_lines(f, start: int, chunk_size: int = 1 << 22) -> Iterator[tuple[int, bytes | None, int, bool]]:
+    """(offset, line or None when longer than MAX_LINE, length, newline-terminated) from `start`."""
+    offset = start
+    pending = b""
+    too_long = 0  # bytes of an over-long line skipped so far
+    while True:
+        chunk = f.read(chunk_size)
+        if not chunk:
+            break
+        if too_long:
+            nl = chunk.find(b"\n")
+            if nl < 0:
+                too_long += len(chunk)
+                continue
+            yield offset, None, too_long + nl, True
+            offset += too_long + nl + 1
+            too_long = 0
+            chunk = chunk[nl + 1:]
+        data = pending + chunk if pending else chunk
+        lines = data.split(b"\n")
+        pending = lines.pop()
+        for line in lines:
+            if len(line) > MAX_LINE:
+                yield offset, None, len(line), True
+            else:
+                yield offset, line, len(line), True
+            offset += len(line) + 1
+        if len(pending) > MAX_LINE:
+            too_long = len(pending)
+            pending = b""
+    if too_long:
+        yield offset, None, too_long, False
+    elif pending:
+        yield offset, pending, len(pending), False
+
+
+class Ingester:
+    """Reads files into one store; `progress(bytes_done)` is called as bytes are consumed."""
+
+    def __init__(self, store: Store, progress: Callable[[int], None] | None = None):
+        self.store = store
+        self.progress = progress or (lambda n: None)
+
+    def ingest_paths(self, paths: list[str]) -> IngestResult:
+        result = IngestResult()
+        first_new = self.store.allocate_record_ids(0)
+        for path, named in expand_paths(paths):
+            try:
+                self.ingest_file(path, result, named=named)
+            except OSError as e:
+                result.errors.append(f"{path}: {e.strerror or e}")
+        self._count_requests(result, first_new)
+        return result
+
+    def ingest_file(self, path: Path, result: IngestResult, *, named: bool = True) -> None:
+        f, compressed = _open(path)
+        with f:
+            try:
+                head = f.read(HEAD)
+            except (OSError, EOFError) as e:
+                result.errors.append(f"{path}: unreadable ({e})")
+                return
+            if not head:
+                return
+            module = sources.detect(str(path), _head_lines(head))
+            if module is None:
+                if named:
+                    result.errors.append(f"{path}: not a format trace-join reads (see docs/formats.md)")
+                else:
+                    result.skipped.append(str(path))
+                return
+            origin = self._origin_for(path, module.NAME, head, compressed)
+            summary = result.by_source.setdefault(module.NAME, SourceSummary())
+            summary.files += 1
+            if compressed:
+                f.seek(0)
+                _skip(f, origin.consumed)
+            else:
+                f.seek(origin.consumed)
+            self._read(f, path, origin, module, summary, result)
+
+    def _origin_for(self, path: Path, source: str, head: bytes, compressed: bool) -> Origin:
+        store = self.store
+        size = None if compressed else path.stat().st_size
+        for head_len in sorted({len(head), *store.head_lengths()}, reverse=True):
+            if head_len > len(head):
+                continue
+            fingerprint = hashlib.sha256(head[:head_len]).hexdigest()
+            origin = store.find_origin(head_len, fingerprint)
+            if origin is None or (size is not None and origin.consumed > size):
+                continue
+            if head_len < len(head):  # the file grew: recognize it by its longer head from now on
+                origin.head_len = len(head)
+                origin.fingerprint = hashlib.sha256(head).hexdigest()
+                store.con.execute(
+                    "UPDATE origins SET head_len = ?, fingerprint = ? WHERE origin_id = ?",
+                    [origin.head_len, origin.fingerprint, origin.origin_id],
+                )
+            origin.path = str(path)
+            return origin
+        return store.new_origin(str(path), source, len(head), hashlib.sha256(head).hexdigest())
+
+    def _read(self, f, path: Path, origin: Origin, module, summary: SourceSummary, result: IngestResult):
+        parser = module.LineParser(str(path))
+        if origin.worker:
+            parser.worker, parser.role = origin.worker, origin.role
+        batch = BatchBuilder(module.NAME, origin.origin_id)
+        line_no = origin.lines
+        consumed = origin.consumed
+        for offset, line, length, terminated in iter_lines(f, origin.consumed):
+            line_no += 1
+            if line is None:
+                batch.quarantine(str(path), offset, line_no, f"line of {length} bytes is over the {MAX_LINE}-byte limit", b"")
+            elif line.strip():
+                try:
+                    records = parser.parse(line)
+                except sources.Unparseable as e:
+                    if not terminated:
+                        # A torn last line may be a line still being written: leave it for later.
+                        result.held_back.append(f"{path}:{line_no} (byte {offset})")
+                        line_no -= 1
+                        break
+                    batch.quarantine(str(path), offset, line_no, str(e), line)
+                else:
+                    for seq, record in enumerate(records):
+                        batch.add(record, offset, seq)
+            consumed = offset + length + (1 if terminated else 0)
+            if len(batch) >= BATCH_RECORDS:
+                self._flush(batch, origin, parser, consumed, line_no, summary, result)
+        self._flush(batch, origin, parser, consumed, line_no, summary, result)
+
+    def _flush(self, batch, origin, parser, consumed, line_no, summary, result) -> None:
+        self.progress(consumed - origin.consumed)
+        origin.consumed, origin.lines = consumed, line_no
+        origin.worker, origin.role = parser.worker, parser.role
+        n = batch.record_count
+        records, ids, quarantined = batch.tables(self.store.allocate_record_ids(n))
+        self.store.write_batch(origin, records, ids, quarantined)
+        summary.records += n
+        summary.quarantined += batch.quarantine_count
+        for i in range(min(batch.quarantine_count, 5 - len(result.quarantine_samples))):
+            q = quarantined.slice(i, 1).to_pylist()[0]
+            result.quarantine_samples.append(f"{q['path']}:{q['line_no']} (byte {q['offset']}): {q['reason']}")
+        batch.clear()
+
+    def _count_requests(self, result: IngestResult, first_new: int) -> None:
+        """Requests seen per source: distinct values of each new record's strongest key."""
+        rows = self.store.con.execute(
+            """
+            WITH primary_key AS (
+                SELECT r.source, arg_min(i.kind || ':' || coalesce(i.scope, '') || ':' || i.value,
+                    list_position(['internal_id', 'disagg_request_id', 'reply_id', 'engine_request_id'], i.kind)) AS k
+                FROM records r JOIN record_ids i USING (record_id)
+                WHERE r.record_id >= ? AND i.kind IN ('internal_id', 'disagg_request_id', 'reply_id', 'engine_request_id')
+                  AND (i.kind <> 'engine_request_id' OR i.scope IS NOT NULL)
+                GROUP BY r.record_id, r.source
+            )
+            SELECT source, count(DISTINCT k) FROM primary_key GROUP BY source
+            """,
+            [first_new],
+        ).fetchall()
+        for source, n in rows:
+            result.by_source.setdefault(source, SourceSummary()).requests = n
+
+
+def _skip(f, n: int) -> None:
+    while n > 0:
+        chunk = f.read(min(n, 1 << 22))
+        if not chunk:
+            break
+        n -= len(chunk)

@@ -1,0 +1,170 @@
+"""`lookup`: any id to the requests it names, as the JSON object DESIGN.md specifies."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import orjson
+
+from .graph import IdGraph
+from .ids import (
+    DISAGG_REQUEST_ID, ENGINE_REQUEST_ID, INTERNAL_ID, REPLY_ID, TRACE_ID, X_REQUEST_ID,
+    implied_by_query,
+)
+from .times import ns_to_iso
+from .store import Store
+
+# When an id matches several kinds, the lookup is said to be by the strongest.
+_KIND_ORDER = [REPLY_ID, INTERNAL_ID, DISAGG_REQUEST_ID, ENGINE_REQUEST_ID, X_REQUEST_ID, TRACE_ID, "ctx_request_id"]
+_SHOWN_ID_KINDS = [REPLY_ID, INTERNAL_ID, X_REQUEST_ID, DISAGG_REQUEST_ID, TRACE_ID]
+# Attributes worth a glance in a record's one-line summary.
+_SUMMARY_ATTRS = (
+    "route", "method", "endpoint", "model", "error_type", "ttft_ms", "ttfb_ms", "avg_itl_ms",
+    "input_tokens", "output_tokens", "disconnected", "header", "upstream_status", "finish_reason",
+)
+
+
+@dataclass
+class Window:
+    since_ns: int | None = None
+    until_ns: int | None = None
+
+    def contains(self, t: int | None) -> bool:
+        if self.since_ns is None and self.until_ns is None:
+            return True
+        if t is None:
+            return False
+        return (self.since_ns is None or t >= self.since_ns) and (self.until_ns is None or t <= self.until_ns)
+
+    def as_json(self) -> dict:
+        return {
+            "since": ns_to_iso(self.since_ns) if self.since_ns is not None else None,
+            "until": ns_to_iso(self.until_ns) if self.until_ns is not None else None,
+        }
+
+
+def lookup(store: Store, query: str, window: Window | None = None) -> dict:
+    query = query.strip()
+    window = window or Window()
+    graph = IdGraph(store.con)
+    direct = graph.carriers([query])
+    id_kind = _strongest({kind for _, kind in direct})
+    implied = implied_by_query(query)
+    matches = list(direct)
+    for kind, value in implied:
+        matches += [(r, k) for r, k in graph.carriers([value], kinds=(kind,))]
+    if id_kind is None and matches:
+        id_kind = _strongest({k for _, k in matches}) if not implied else REPLY_ID
+    seeds = sorted({r for r, _ in matches})
+    graph.load(seeds)
+    seeds = [r for r in seeds if window.contains(graph.nodes[r].time_ns)]
+    requests = graph.requests(seeds) if seeds else []
+    return {
+        "query": query,
+        "id_kind": id_kind or _guess_kind(query),
+        "window": window.as_json(),
+        "requests": [_request_json(store, graph, q) for q in requests],
+        "warnings": graph.warnings,
+    }
+
+
+def _strongest(kinds: set[str]) -> str | None:
+    for kind in _KIND_ORDER:
+        if kind in kinds:
+            return kind
+    return None
+
+
+def _guess_kind(query: str) -> str:
+    """What a query that matched nothing looks like, for the report."""
+    if implied_by_query(query) or query.startswith(("chatcmpl-", "cmpl-", "resp_", "msg_")):
+        return REPLY_ID
+    if len(query) == 32 and all(c in "0123456789abcdefABCDEF" for c in query):
+        return TRACE_ID
+    if query.isdigit():
+        return DISAGG_REQUEST_ID if int(query) >= 1 << 40 else ENGINE_REQUEST_ID
+    if len(query) == 36 and query.count("-") == 4:
+        return INTERNAL_ID
+    return X_REQUEST_ID
+
+
+def _request_json(store: Store, graph: IdGraph, request) -> dict:
+    nodes = [graph.nodes[r] for r in request.record_ids]
+    ids: dict[str, list] = {k: [] for k in _SHOWN_ID_KINDS}
+    engine: list[dict] = []
+    for n in sorted(nodes, key=lambda n: (n.time_ns or 0, n.record_id)):
+        for kind, value, scope in n.ids:
+            if kind == ENGINE_REQUEST_ID:
+                entry = {"worker": scope or n.worker, "id": value}
+                if entry not in engine:
+                    engine.append(entry)
+            elif kind in ids and value not in ids[kind]:
+                ids[kind].append(value)
+    ids[ENGINE_REQUEST_ID] = engine
+
+    rows = _record_rows(store, sorted(request.record_ids))
+    roles = _roles_named_by_frontend(rows)
+    records = []
+    workers: dict[str, dict] = {}
+    for row in rows:
+        role = row["role"]
+        if role == "worker" and row["worker"]:
+            role = roles.get(row["worker"].rsplit(":", 1)[-1], role)
+        rec = {
+            "time": ns_to_iso(row["time_ns"]) if row["time_ns"] is not None else None,
+            "source": row["source"],
+            "kind": row["kind"],
+            "worker": row["worker"],
+            "role": role,
+            "summary": _summary(row),
+        }
+        if row["record_id"] in request.ambiguous:
+            rec["ambiguous"] = True
+        records.append(rec)
+        w = workers.setdefault(row["worker"] or "?", {"worker": row["worker"], "role": role, "records": 0})
+        w["records"] += 1
+    return {"ids": ids, "workers": list(workers.values()), "records": records}
+
+
+def _record_rows(store: Store, record_ids: list[int]) -> list[dict]:
+    marks = ",".join("?" * len(record_ids))
+    cur = store.con.execute(
+        f"""SELECT r.record_id, r.time_ns, r.source, r.kind, coalesce(r.worker, o.worker) AS worker,
+                   coalesce(r.role, o.role) AS role, r.level, r.name, r.duration_ns, r.status, r.attrs
+            FROM records r JOIN origins o USING (origin_id)
+            WHERE r.record_id IN ({marks})
+            ORDER BY r.time_ns NULLS LAST, r.origin_id, r."offset", r.seq""",
+        record_ids,
+    )
+    names = [d[0] for d in cur.description]
+    rows = [dict(zip(names, row)) for row in cur.fetchall()]
+    for row in rows:
+        row["attrs"] = orjson.loads(row["attrs"]) if row["attrs"] else {}
+    return rows
+
+
+def _roles_named_by_frontend(rows: list[dict]) -> dict[str, str]:
+    """Dynamo serves decode and aggregated workers as one component; the frontend's request
+    summary names which instance did prefill and which did decode."""
+    roles = {}
+    for row in rows:
+        for field, role in (("prefill_worker_id", "prefill"), ("decode_worker_id", "decode")):
+            value = row["attrs"].get(field)
+            if value not in (None, ""):
+                roles[str(value)] = role
+    return roles
+
+
+def _summary(row: dict) -> str:
+    parts = [row["name"] or row["kind"]]
+    level = (row["level"] or "").upper()
+    if level in ("WARN", "WARNING", "ERROR", "CRITICAL", "FATAL"):
+        parts.insert(0, level)
+    if row["status"]:
+        parts.append(f"status={row['status']}")
+    if row["duration_ns"] is not None:
+        parts.append(f"{row['duration_ns'] / 1e6:.1f} ms")
+    attrs = row["attrs"]
+    parts += [f"{k}={attrs[k]}" for k in _SUMMARY_ATTRS if attrs.get(k) not in (None, "")]
+    return " · ".join(str(p) for p in parts)
+

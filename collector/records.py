@@ -1,0 +1,158 @@
+"""What a source yields: one `Record` per log line, span, perf row, hook record or proxy tap.
+
+Sources build `Record`s; `BatchBuilder` turns a batch of them into the Arrow tables the store
+inserts in one go (DuckDB reads Arrow directly; row-by-row inserts are a hundred times slower).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import orjson
+import pyarrow as pa
+
+from .ids import PARENT_SPAN, SPAN, derived
+
+KINDS = ("log", "span", "perf", "hook", "tap")
+
+
+@dataclass(slots=True)
+class Record:
+    kind: str
+    name: str | None = None
+    time_ns: int | None = None
+    steady_s: float | None = None
+    worker: str | None = None
+    role: str | None = None
+    level: str | None = None
+    duration_ns: int | None = None
+    status: str | None = None
+    entry: bool = False
+    trace_id: str | None = None
+    span_id: str | None = None
+    parent_span_id: str | None = None
+    attrs: dict | None = None
+    ids: list[tuple[str, str, str | None]] = field(default_factory=list)
+
+    def add_id(self, kind: str, value, scope: str | None = None) -> None:
+        """Attach an id; empty values are skipped, numbers are kept as their decimal text."""
+        if value is None or value == "" or isinstance(value, bool):
+            return
+        if not isinstance(value, str):
+            value = str(value)
+        if (kind, value, scope) not in self.ids:
+            self.ids.append((kind, value, scope))
+            for implied_kind, implied_value in derived(kind, value):
+                self.add_id(implied_kind, implied_value)
+
+
+RECORDS_SCHEMA = pa.schema(
+    [
+        ("record_id", pa.int64()),
+        ("time_ns", pa.int64()),
+        ("steady_s", pa.float64()),
+        ("source", pa.string()),
+        ("kind", pa.string()),
+        ("worker", pa.string()),
+        ("role", pa.string()),
+        ("level", pa.string()),
+        ("name", pa.string()),
+        ("duration_ns", pa.int64()),
+        ("status", pa.string()),
+        ("entry", pa.bool_()),
+        ("trace_id", pa.string()),
+        ("span_id", pa.string()),
+        ("parent_span_id", pa.string()),
+        ("attrs", pa.string()),
+        ("origin_id", pa.int32()),
+        ("offset", pa.int64()),
+        ("seq", pa.int32()),
+    ]
+)
+IDS_SCHEMA = pa.schema(
+    [("record_id", pa.int64()), ("kind", pa.string()), ("value", pa.string()), ("scope", pa.string())]
+)
+QUARANTINE_SCHEMA = pa.schema(
+    [
+        ("origin_id", pa.int32()),
+        ("path", pa.string()),
+        ("offset", pa.int64()),
+        ("line_no", pa.int64()),
+        ("reason", pa.string()),
+        ("excerpt", pa.string()),
+    ]
+)
+
+_RECORD_FIELDS = [
+    "time_ns", "steady_s", "kind", "worker", "role", "level", "name", "duration_ns", "status",
+    "entry", "trace_id", "span_id", "parent_span_id",
+]
+
+
+class BatchBuilder:
+    """Accumulates records, their ids and quarantined lines column by column."""
+
+    def __init__(self, source: str, origin_id: int):
+        self.source = source
+        self.origin_id = origin_id
+        self.clear()
+
+    def clear(self) -> None:
+        self._cols: dict[str, list] = {name: [] for name in RECORDS_SCHEMA.names}
+        self._ids: dict[str, list] = {name: [] for name in IDS_SCHEMA.names}
+        self._quarantine: dict[str, list] = {name: [] for name in QUARANTINE_SCHEMA.names}
+
+    def __len__(self) -> int:
+        return len(self._cols["kind"]) + len(self._quarantine["reason"])
+
+    def add(self, record: Record, offset: int, seq: int) -> None:
+        cols = self._cols
+        for name in _RECORD_FIELDS:
+            cols[name].append(getattr(record, name))
+        cols["attrs"].append(orjson.dumps(record.attrs).decode() if record.attrs else None)
+        cols["offset"].append(offset)
+        cols["seq"].append(seq)
+        ids = self._ids
+        n = len(cols["kind"]) - 1  # the record's position; made into a record id in tables()
+        edges = []
+        if record.trace_id and record.span_id:
+            edges.append((SPAN, f"{record.trace_id}/{record.span_id}", None))
+        if record.trace_id and record.parent_span_id:
+            edges.append((PARENT_SPAN, f"{record.trace_id}/{record.parent_span_id}", None))
+        for kind, value, scope in record.ids + edges:
+            ids["record_id"].append(n)
+            ids["kind"].append(kind)
+            ids["value"].append(value)
+            ids["scope"].append(scope)
+
+    def quarantine(self, path: str, offset: int, line_no: int, reason: str, excerpt: bytes) -> None:
+        q = self._quarantine
+        q["origin_id"].append(self.origin_id)
+        q["path"].append(path)
+        q["offset"].append(offset)
+        q["line_no"].append(line_no)
+        q["reason"].append(reason)
+        q["excerpt"].append(excerpt[:200].decode("utf-8", "replace"))
+
+    @property
+    def record_count(self) -> int:
+        return len(self._cols["kind"])
+
+    @property
+    def quarantine_count(self) -> int:
+        return len(self._quarantine["reason"])
+
+    def tables(self, first_record_id: int) -> tuple[pa.Table, pa.Table, pa.Table]:
+        n = self.record_count
+        cols = self._cols
+        cols["record_id"] = list(range(first_record_id, first_record_id + n))
+        cols["source"] = [self.source] * n
+        cols["origin_id"] = [self.origin_id] * n
+        records = pa.Table.from_pydict(cols, schema=RECORDS_SCHEMA)
+        ids = dict(self._ids)
+        ids["record_id"] = [first_record_id + i for i in ids["record_id"]]
+        return (
+            records,
+            pa.Table.from_pydict(ids, schema=IDS_SCHEMA),
+            pa.Table.from_pydict(self._quarantine, schema=QUARANTINE_SCHEMA),
+        )

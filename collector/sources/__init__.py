@@ -1,0 +1,31 @@
+"""Source formats. Each module reads one format: it says whether a file is in it (`sniff`) and
+turns each line into records (`LineParser.parse`). Adding a format means adding one module here
+and naming it in SOURCES; nothing else changes.
+
+A module provides:
+    NAME: str                                   stored as the records' `source`
+    sniff(path: str, head: list[bytes]) -> bool  head: the file's first non-empty lines
+    LineParser(path: str)                        one per file: .parse(line) -> list[Record],
+                                                 raising Unparseable(reason) for a bad line;
+                                                 .worker / .role: identity learned for the file
+"""
+
+from __future__ import annotations
+
+from . import dynamo_jsonl, dynamo_request_trace, otlp_json, tracejoin_jsonl
+from .parsing import Unparseable
+
+__all__ = ["SOURCES", "BY_NAME", "detect", "Unparseable"]
+
+# Most specific first: a Dynamo stderr capture can contain request-trace rows, so the
+# request-trace sniffer must not claim a file that only has a few of them (it requires all).
+SOURCES = [tracejoin_jsonl, otlp_json, dynamo_request_trace, dynamo_jsonl]
+BY_NAME = {m.NAME: m for m in SOURCES}
+
+
+def detect(path: str, head: list[bytes]):
+    """The source module that reads this file, or None."""
+    for module in SOURCES:
+        if module.sniff(path, head):
+            return module
+    return None

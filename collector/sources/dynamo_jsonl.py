@@ -1,0 +1,162 @@
+"""NVIDIA Dynamo logs: the stderr of the frontend and of each worker with `DYN_LOGGING_JSONL=1`.
+
+Such a capture mixes JSON lines from Rust (`time`, `level`, `target`, `message`, then the event's
+and the current span's fields), bridged Python lines (`target` "log"), plain text (vLLM's own
+logs, readable-mode lines, tracebacks) and, with the `stderr` sink, request-trace rows. Every line
+becomes a record; only a line that looks like JSON and is not, or has a wrong type, is quarantined.
+
+One file is one process. Its identity is learned from its own lines: a worker's `handle_payload`
+span carries its `component` and discovery `instance_id`; the frontend's lines come from the
+`http-request` span. The frontend's `client_request` span also names an `instance_id`, but that is
+the target worker's, so it is never taken as the file's identity.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from ..ids import INTERNAL_ID, TRACE_ID, X_REQUEST_ID, DISAGG_REQUEST_ID, ENGINE_REQUEST_ID
+from ..records import Record
+from . import dynamo_request_trace
+from .parsing import Unparseable, field, hex_id, iso_to_ns, load_object
+
+NAME = "dynamo_jsonl"
+
+# The fixed keys of a line and the trace-context keys, which become columns and ids.
+_LIFTED = {
+    "time", "level", "target", "message", "trace_id", "span_id", "parent_id", "request_id",
+    "x_dynamo_request_id", "x_request_id", "span_name",
+}
+_UUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
+# Python workers print the id in text: "Decode Request ID: <uuid>", "Prefill Request ID: <uuid>".
+_TEXT_REQUEST_ID = re.compile(rf"Request ID:\s*({_UUID})")
+# TensorRT-LLM workers under Dynamo (PR #13970) map the id to the engine's own ids.
+_ENGINE_ID_MAP = re.compile(
+    rf"Engine ID map: request_id=({_UUID}) trtllm_client_id=(\d+) disagg_request_id=(\d+|None)"
+)
+# Readable-mode line: "2025-09-02T15:50:01.770028Z  INFO main.init: message"
+_READABLE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d))\s+([A-Z]+)\s+(.*)$")
+_ENTRY_MESSAGES = {"request received"}
+
+
+def sniff(path: str, head: list[bytes]) -> bool:
+    for line in head:
+        if line.startswith(b"{") and b'"time"' in line and b'"level"' in line and b'"target"' in line:
+            return True
+    return any(_READABLE.match(line.decode("utf-8", "replace")) for line in head)
+
+
+class LineParser:
+    def __init__(self, path: str):
+        self.worker: str | None = None
+        self.role: str | None = None
+        self._file = os.path.basename(path)
+        self._last_time_ns: int | None = None
+
+    def parse(self, line: bytes) -> list[Record]:
+        stripped = line.strip()
+        if stripped.startswith(b"{"):
+            obj = load_object(stripped)
+            if obj.get("schema") == dynamo_request_trace.SCHEMA:
+                record = dynamo_request_trace.record_from_row(obj)
+            else:
+                record = self._json_line(obj)
+        else:
+            record = self._text_line(stripped)
+        if record.time_ns is None:
+            record.time_ns = self._last_time_ns  # tracebacks and untimed text follow their line
+        else:
+            self._last_time_ns = record.time_ns
+        return [record]
+
+    def _json_line(self, obj: dict) -> Record:
+        message = field(obj, "message", (str,)) or ""
+        target = field(obj, "target", (str,), required=True)
+        span_name = field(obj, "span_name", (str,))
+        self._learn_identity(obj, target, span_name)
+        record = Record(
+            kind="log",
+            name=message if message else (span_name or target),
+            time_ns=iso_to_ns(field(obj, "time", (str,), required=True)),
+            level=field(obj, "level", (str,), required=True),
+            trace_id=hex_id(field(obj, "trace_id", (str,)), 32),
+            span_id=hex_id(field(obj, "span_id", (str,)), 16),
+            parent_span_id=hex_id(field(obj, "parent_id", (str,)), 16),
+            entry=message in _ENTRY_MESSAGES or (message == "SPAN_FIRST_ENTRY" and span_name == "http-request"),
+        )
+        # Builds before PR #7834 call the internal id x_dynamo_request_id; mixed fleets emit both.
+        record.add_id(INTERNAL_ID, field(obj, "request_id", (str,)))
+        record.add_id(INTERNAL_ID, field(obj, "x_dynamo_request_id", (str,)))
+        record.add_id(X_REQUEST_ID, field(obj, "x_request_id", (str,)))
+        record.add_id(TRACE_ID, record.trace_id)
+        self._ids_in_text(record, message)
+        if "time.duration_us" in obj and isinstance(obj["time.duration_us"], int):
+            record.duration_ns = obj["time.duration_us"] * 1000
+        elif isinstance(obj.get("elapsed_ms"), (str, int, float)):
+            record.duration_ns = _ms_to_ns(obj["elapsed_ms"])
+        status = obj.get("status")
+        if isinstance(status, (str, int)) and not isinstance(status, bool):
+            record.status = str(status)
+        attrs = {k: v for k, v in obj.items() if k not in _LIFTED}
+        attrs["target"] = target
+        if span_name:
+            attrs["span_name"] = span_name
+        record.attrs = attrs
+        return record
+
+    def _text_line(self, line: bytes) -> Record:
+        try:
+            text = line.decode("utf-8")
+        except UnicodeDecodeError:
+            raise Unparseable("not UTF-8 text") from None
+        if "\x00" in text:
+            raise Unparseable("binary data (NUL bytes) in a text line")
+        record = Record(kind="log", name=text[:2000])
+        m = _READABLE.match(text)
+        if m:
+            record.time_ns = iso_to_ns(m.group(1))
+            record.level = m.group(2)
+            record.name = m.group(3)[:2000]
+        self._ids_in_text(record, text)
+        return record
+
+    def _ids_in_text(self, record: Record, text: str) -> None:
+        if "Request ID" in text:
+            for uuid in _TEXT_REQUEST_ID.findall(text):
+                record.add_id(INTERNAL_ID, uuid.lower())
+        if "Engine ID map" in text:
+            m = _ENGINE_ID_MAP.search(text)
+            if m:
+                record.add_id(INTERNAL_ID, m.group(1).lower())
+                record.add_id(ENGINE_REQUEST_ID, m.group(2), self.worker or f"file:{self._file}")
+                if m.group(3) != "None":
+                    record.add_id(DISAGG_REQUEST_ID, m.group(3))
+
+    def _learn_identity(self, obj: dict, target: str, span_name: str | None) -> None:
+        if self.worker:
+            return
+        if span_name == "handle_payload" and obj.get("instance_id") is not None:
+            component = str(obj.get("component") or "worker")
+            self.worker = f"{component}:{obj['instance_id']}"
+            self.role = _role_of_component(component)
+        elif (span_name == "http-request" or target.startswith("dynamo_llm::http")):
+            self.worker = f"frontend:{self._file}"
+            self.role = "frontend"
+
+
+def _role_of_component(component: str) -> str:
+    if "prefill" in component:
+        return "prefill"
+    if "decode" in component:
+        return "decode"
+    # Dynamo serves decode (and aggregated) workers as the `backend` component; which of the two it
+    # is shows on the frontend's `request completed` line (decode_worker_id), used at lookup.
+    return "worker"
+
+
+def _ms_to_ns(value) -> int | None:
+    try:
+        return int(float(value) * 1_000_000)
+    except ValueError:
+        return None

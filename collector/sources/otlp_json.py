@@ -1,0 +1,314 @@
+"""OTLP JSON files: one `TracesData`/`LogsData` (or export request) per line, as the
+OpenTelemetry Collector's `file` exporter and Python's `opentelemetry-exporter-otlp-json-file`
+write them. Also `decode_request` for the same messages arriving over OTLP/HTTP with JSON bodies.
+
+Forgiving as a receiver must be: trace and span ids in hex (the OTLP spec) or base64 (protobuf's
+generic JSON mapping), enums as numbers or names, 64-bit integers as strings or numbers, and keys
+in lowerCamelCase or snake_case.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+
+import orjson
+
+from ..ids import (
+    REPLY_PREFIXES, UUID_RE,
+    DISAGG_REQUEST_ID, ENGINE_REQUEST_ID, INTERNAL_ID, REPLY_ID, TRACE_ID, X_REQUEST_ID,
+)
+from ..records import Record
+from .parsing import Unparseable, load_object
+
+NAME = "otlp_json"
+ENTRY_ROLES = {"router", "frontend", "agg", "proxy"}
+
+_SPAN_KINDS = {0: "unspecified", 1: "internal", 2: "server", 3: "client", 4: "producer", 5: "consumer"}
+_STATUS = {0: None, 1: "ok", 2: "error"}
+
+# Span and log attributes that carry ids, by the id kind they are.
+_ID_ATTRIBUTES = {
+    "tracejoin.internal_id": INTERNAL_ID,
+    "request_id": INTERNAL_ID,  # Dynamo
+    "x_dynamo_request_id": INTERNAL_ID,  # Dynamo before PR #7834
+    "rid": INTERNAL_ID,  # Dynamo request-trace rows sent as OTLP logs
+    "x_request_id": X_REQUEST_ID,
+    "http.request.header.x-request-id": X_REQUEST_ID,
+    "gen_ai.response.id": REPLY_ID,
+    "tracejoin.reply_id": REPLY_ID,
+    "tracejoin.disagg_request_id": DISAGG_REQUEST_ID,
+    "disagg_request_id": DISAGG_REQUEST_ID,
+}
+
+
+def sniff(path: str, head: list[bytes]) -> bool:
+    return any(
+        line.lstrip().startswith(b"{")
+        and any(k in line[:64] for k in (b'"resourceSpans"', b'"resourceLogs"', b'"resource_spans"', b'"resource_logs"'))
+        for line in head
+    )
+
+
+def _get(obj: dict, camel: str, snake: str):
+    value = obj.get(camel)
+    return obj.get(snake) if value is None else value
+
+
+def _int(value, what: str) -> int | None:
+    if value is None or value == "":
+        return None
+    if isinstance(value, bool):
+        raise Unparseable(f"{what} is a boolean")
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise Unparseable(f"{what} is not an integer: {value!r}") from None
+
+
+def _enum(value, names: str, what: str) -> int:
+    """An enum given as a number or as its name (SPAN_KIND_SERVER, STATUS_CODE_ERROR, ...)."""
+    if value is None:
+        return 0
+    if isinstance(value, str) and not value.isdigit():
+        table = {
+            "kind": ["UNSPECIFIED", "INTERNAL", "SERVER", "CLIENT", "PRODUCER", "CONSUMER"],
+            "status": ["UNSET", "OK", "ERROR"],
+        }[names]
+        suffix = value.upper().rsplit("_", 1)[-1]
+        if suffix in table:
+            return table.index(suffix)
+        raise Unparseable(f"{what} has unknown value {value!r}")
+    return _int(value, what) or 0
+
+
+def _id(value, nbytes: int, what: str) -> str | None:
+    """A trace/span id as lowercase hex, from hex or base64; all-zero and empty mean none."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise Unparseable(f"{what} is not a string")
+    if len(value) == nbytes * 2:
+        try:
+            raw = bytes.fromhex(value)
+        except ValueError:
+            raw = None
+    else:
+        raw = None
+    if raw is None:
+        try:
+            raw = base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError):
+            raise Unparseable(f"{what} is neither hex nor base64: {value!r}") from None
+        if len(raw) != nbytes:
+            raise Unparseable(f"{what} has {len(raw)} bytes, expected {nbytes}")
+    return None if not any(raw) else raw.hex()
+
+
+def any_value(v):
+    """An OTLP AnyValue as a plain Python value."""
+    if not isinstance(v, dict):
+        return v
+    for key in ("stringValue", "string_value"):
+        if key in v:
+            return v[key]
+    for key in ("intValue", "int_value"):
+        if key in v:
+            return _int(v[key], "intValue")
+    for key in ("doubleValue", "double_value"):
+        if key in v:
+            return float(v[key])
+    for key in ("boolValue", "bool_value"):
+        if key in v:
+            return bool(v[key])
+    array = _get(v, "arrayValue", "array_value")
+    if array is not None:
+        return [any_value(x) for x in array.get("values", [])]
+    kvlist = _get(v, "kvlistValue", "kvlist_value")
+    if kvlist is not None:
+        return attributes(kvlist.get("values", []))
+    raw = _get(v, "bytesValue", "bytes_value")
+    if raw is not None:
+        return raw
+    return None
+
+
+def attributes(kvs) -> dict:
+    if not isinstance(kvs, list):
+        raise Unparseable("attributes is not a list")
+    out = {}
+    for kv in kvs:
+        if not isinstance(kv, dict) or not isinstance(kv.get("key"), str):
+            raise Unparseable("attribute without a key")
+        out[kv["key"]] = any_value(kv.get("value"))
+    return out
+
+
+class LineParser:
+    def __init__(self, path: str | None = None):
+        self.worker: str | None = None  # an OTLP file mixes processes: identity is per resource
+        self.role: str | None = None
+        self._identity_by_service: dict[str, tuple[str, str | None]] = {}
+
+    def parse(self, line: bytes) -> list[Record]:
+        return self.decode(load_object(line))
+
+    def decode(self, obj: dict) -> list[Record]:
+        """Records of one TracesData / LogsData / export request object."""
+        spans = _get(obj, "resourceSpans", "resource_spans")
+        logs = _get(obj, "resourceLogs", "resource_logs")
+        if spans is None and logs is None:
+            raise Unparseable("neither resourceSpans nor resourceLogs")
+        records: list[Record] = []
+        for resource_spans in spans or []:
+            records += self._resource_spans(resource_spans)
+        for resource_logs in logs or []:
+            records += self._resource_logs(resource_logs)
+        return records
+
+    # -- resources ------------------------------------------------------------------------------
+
+    def _identity(self, resource: dict, items: list[dict]) -> tuple[str | None, str | None]:
+        """(worker, role) of the process that exported a resource block."""
+        attrs = attributes((resource or {}).get("attributes", []))
+        service = attrs.get("service.name")
+        role = attrs.get("tracejoin.role") or _role_of_service(service)
+        worker = attrs.get("service.instance.id")
+        if worker is None:
+            # A Dynamo worker names its discovery instance on its handle_payload spans.
+            for item in items:
+                a = item["attrs"]
+                if item.get("name") == "handle_payload" and a.get("instance_id") is not None:
+                    component = str(a.get("component") or "worker")
+                    worker = f"{component}:{a['instance_id']}"
+                    role = role or _role_of_service(component)
+                    break
+        if worker is None and service in self._identity_by_service:
+            return self._identity_by_service[service]
+        if worker is None:
+            host, pid = attrs.get("host.name"), attrs.get("process.pid")
+            worker = f"{service}@{host}:{pid}" if host and pid else service
+        if service:
+            self._identity_by_service[service] = (worker, role)
+        return worker, role
+
+    def _resource_spans(self, block: dict) -> list[Record]:
+        if not isinstance(block, dict):
+            raise Unparseable("resourceSpans entry is not an object")
+        items = []
+        for scope_spans in _get(block, "scopeSpans", "scope_spans") or []:
+            scope = (scope_spans.get("scope") or {}).get("name")
+            for span in scope_spans.get("spans") or []:
+                if not isinstance(span, dict):
+                    raise Unparseable("span is not an object")
+                items.append({"name": span.get("name"), "attrs": attributes(span.get("attributes", [])),
+                              "span": span, "scope": scope})
+        worker, role = self._identity(block.get("resource"), items)
+        return [self._span(item, worker, role) for item in items]
+
+    def _span(self, item: dict, worker: str | None, role: str | None) -> Record:
+        span, attrs = item["span"], item["attrs"]
+        start = _int(_get(span, "startTimeUnixNano", "start_time_unix_nano"), "startTimeUnixNano")
+        end = _int(_get(span, "endTimeUnixNano", "end_time_unix_nano"), "endTimeUnixNano")
+        kind = _enum(span.get("kind"), "kind", "span kind")
+        status = span.get("status") or {}
+        code = _enum(status.get("code"), "status", "status code")
+        record = Record(
+            kind="span",
+            name=item["name"] or "",
+            time_ns=start,
+            duration_ns=(end - start) if start is not None and end is not None else None,
+            worker=worker,
+            role=role,
+            status=_STATUS.get(code),
+            trace_id=_id(_get(span, "traceId", "trace_id"), 16, "traceId"),
+            span_id=_id(_get(span, "spanId", "span_id"), 8, "spanId"),
+            parent_span_id=_id(_get(span, "parentSpanId", "parent_span_id"), 8, "parentSpanId"),
+        )
+        if record.trace_id is None or record.span_id is None:
+            raise Unparseable(f"span {record.name!r} has no traceId or spanId")
+        record.entry = _SPAN_KINDS.get(kind) == "server" and (
+            record.name == "http-request" or role in ENTRY_ROLES
+        )
+        http_status = attrs.get("http.response.status_code") or attrs.get("http.status_code")
+        if http_status is not None:
+            record.status = str(http_status)
+        self._ids(record, attrs, worker)
+        extra = {"span_kind": _SPAN_KINDS.get(kind, str(kind)), "scope": item["scope"]}
+        if status.get("message"):
+            extra["status_message"] = status["message"]
+        events = span.get("events") or []
+        if events:
+            extra["events"] = [
+                {"name": e.get("name"), "time_ns": _int(_get(e, "timeUnixNano", "time_unix_nano"), "event time")}
+                for e in events if isinstance(e, dict)
+            ]
+        record.attrs = {**attrs, **{k: v for k, v in extra.items() if v is not None}}
+        return record
+
+    def _resource_logs(self, block: dict) -> list[Record]:
+        if not isinstance(block, dict):
+            raise Unparseable("resourceLogs entry is not an object")
+        items = []
+        for scope_logs in _get(block, "scopeLogs", "scope_logs") or []:
+            scope = (scope_logs.get("scope") or {}).get("name")
+            for log in _get(scope_logs, "logRecords", "log_records") or []:
+                if not isinstance(log, dict):
+                    raise Unparseable("log record is not an object")
+                items.append({"name": None, "attrs": attributes(log.get("attributes", [])), "log": log,
+                              "scope": scope})
+        worker, role = self._identity(block.get("resource"), items)
+        return [self._log(item, worker, role) for item in items]
+
+    def _log(self, item: dict, worker: str | None, role: str | None) -> Record:
+        log, attrs = item["log"], item["attrs"]
+        body = any_value(log.get("body"))
+        time_ns = _int(_get(log, "timeUnixNano", "time_unix_nano"), "timeUnixNano") or _int(
+            _get(log, "observedTimeUnixNano", "observed_time_unix_nano"), "observedTimeUnixNano"
+        )
+        name = body if isinstance(body, str) else (_get(log, "eventName", "event_name") or "")
+        record = Record(
+            kind="log",
+            name=name if isinstance(name, str) else orjson.dumps(name).decode(),
+            time_ns=time_ns,
+            worker=worker,
+            role=role,
+            level=_get(log, "severityText", "severity_text") or None,
+            trace_id=_id(_get(log, "traceId", "trace_id"), 16, "traceId"),
+            span_id=_id(_get(log, "spanId", "span_id"), 8, "spanId"),
+        )
+        self._ids(record, attrs, worker)
+        record.attrs = {**attrs, "scope": item["scope"]} if item["scope"] else (attrs or None)
+        return record
+
+    @staticmethod
+    def _ids(record: Record, attrs: dict, worker: str | None) -> None:
+        for key, kind in _ID_ATTRIBUTES.items():
+            value = attrs.get(key)
+            for v in value if isinstance(value, list) else [value]:
+                if isinstance(v, (str, int)):
+                    record.add_id(kind, v)
+        record.add_id(TRACE_ID, record.trace_id)
+        for key in ("tracejoin.engine_request_id", "gen_ai.request.id"):
+            value = attrs.get(key)
+            if value is None:
+                continue
+            # gen_ai.request.id is TensorRT-LLM's integer engine id, or vLLM's external id (the
+            # reply id when serving alone, the internal UUID under Dynamo).
+            text = str(value)
+            if text.startswith(REPLY_PREFIXES):
+                record.add_id(REPLY_ID, text)
+            elif UUID_RE.match(text):
+                record.add_id(INTERNAL_ID, text.lower())
+            else:
+                record.add_id(ENGINE_REQUEST_ID, text, attrs.get("tracejoin.engine_worker") or worker)
+
+
+def _role_of_service(name: str | None) -> str | None:
+    if not name:
+        return None
+    name = name.lower()
+    for role in ("prefill", "decode", "frontend", "router", "proxy", "ctx", "gen"):
+        if role in name:
+            return role
+    return None

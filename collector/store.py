@@ -1,0 +1,221 @@
+"""The DuckDB store: schema, versioning, and batch writes.
+
+One table of records (every log line, span, perf row, hook record and proxy tap, normalized), one
+table of the ids each record carries, one of the files read so far (so ingest resumes and never
+stores a record twice), and one of quarantined lines. Writes go in as Arrow tables inside one
+transaction together with the file position they reach, so a crash never leaves half a batch or a
+position that runs ahead of what was stored.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import duckdb
+
+SCHEMA_VERSION = 1
+DEFAULT_DB = "tracejoin.duckdb"
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR);
+
+-- One row per input file (or stream) read; `fingerprint` is a hash of its first `head_len` bytes,
+-- which recognizes the same bytes again under another name and a file that grew since.
+CREATE TABLE IF NOT EXISTS origins (
+    origin_id   INTEGER PRIMARY KEY,
+    path        VARCHAR NOT NULL,
+    source      VARCHAR NOT NULL,
+    head_len    INTEGER NOT NULL,
+    fingerprint VARCHAR NOT NULL,
+    consumed    BIGINT NOT NULL,   -- bytes of the (decompressed) stream stored so far
+    lines       BIGINT NOT NULL,   -- lines read so far, for quarantine positions
+    worker      VARCHAR,           -- identity learned for the whole file (one process per file)
+    role        VARCHAR,
+    updated     TIMESTAMP
+);
+
+CREATE TABLE IF NOT EXISTS records (
+    record_id   BIGINT NOT NULL,
+    time_ns     BIGINT,            -- wall-clock UTC, ns since the epoch; NULL when unknown
+    steady_s    DOUBLE,            -- steady-clock seconds, for sources that only have those
+    source      VARCHAR NOT NULL,  -- the source module that read it
+    kind        VARCHAR NOT NULL,  -- log | span | perf | hook | tap
+    worker      VARCHAR,           -- NULL: the origin's worker
+    role        VARCHAR,           -- NULL: the origin's role
+    level       VARCHAR,
+    name        VARCHAR,           -- log message, span name or record type
+    duration_ns BIGINT,
+    status      VARCHAR,           -- HTTP status, span status or outcome, where the record has one
+    entry       BOOLEAN NOT NULL,  -- marks the start of a request at the entry server
+    trace_id    VARCHAR,
+    span_id     VARCHAR,           -- the span the record belongs to (its own span, for spans)
+    parent_span_id VARCHAR,
+    attrs       JSON,
+    origin_id   INTEGER NOT NULL,
+    "offset"    BIGINT NOT NULL,   -- byte offset of the line in its origin
+    seq         INTEGER NOT NULL   -- index of the record within its line
+);
+
+-- Every id a record carries. `scope` qualifies ids that are only unique per worker (engine ids).
+CREATE TABLE IF NOT EXISTS record_ids (
+    record_id BIGINT NOT NULL,
+    kind      VARCHAR NOT NULL,
+    value     VARCHAR NOT NULL,
+    scope     VARCHAR
+);
+
+CREATE TABLE IF NOT EXISTS quarantine (
+    origin_id INTEGER NOT NULL,
+    path      VARCHAR NOT NULL,
+    "offset"  BIGINT NOT NULL,
+    line_no   BIGINT NOT NULL,
+    reason    VARCHAR NOT NULL,
+    excerpt   VARCHAR
+);
+"""
+
+INDEXES = """
+CREATE INDEX IF NOT EXISTS record_ids_value ON record_ids (value);
+"""
+
+
+class StoreError(Exception):
+    """A database that cannot be used as it is; the message says what to do."""
+
+
+def default_db_path() -> str:
+    return os.environ.get("TRACEJOIN_DB", DEFAULT_DB)
+
+
+def open_store(path: str | os.PathLike | None = None, *, read_only: bool = False) -> "Store":
+    path = Path(path or default_db_path())
+    if read_only and not path.exists():
+        raise StoreError(f"no database at {path}: run `trace-join ingest --db {path} FILES...` first")
+    try:
+        con = duckdb.connect(str(path), read_only=read_only)
+    except duckdb.IOException as e:
+        msg = str(e).splitlines()[0]
+        if "lock" in msg.lower():
+            raise StoreError(f"{path} is held by another process ({msg})") from None
+        raise StoreError(f"cannot open {path}: {msg}") from None
+    except duckdb.Error as e:
+        raise StoreError(f"cannot open {path} as a DuckDB database: {str(e).splitlines()[0]}") from None
+    store = Store(con, path)
+    store._check_or_create_schema(read_only)
+    return store
+
+
+@dataclass
+class Origin:
+    origin_id: int
+    path: str
+    source: str
+    head_len: int
+    fingerprint: str
+    consumed: int
+    lines: int
+    worker: str | None = None
+    role: str | None = None
+
+
+class Store:
+    def __init__(self, con: duckdb.DuckDBPyConnection, path: Path):
+        self.con = con
+        self.path = path
+        self._next_record_id: int | None = None
+
+    def close(self) -> None:
+        self.con.close()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _check_or_create_schema(self, read_only: bool) -> None:
+        has_meta = self.con.execute(
+            "SELECT count(*) FROM information_schema.tables WHERE table_name = 'meta'"
+        ).fetchone()[0]
+        if has_meta:
+            row = self.con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+            version = int(row[0]) if row else None
+            if version != SCHEMA_VERSION:
+                raise StoreError(
+                    f"{self.path} has schema version {version}, this trace-join uses {SCHEMA_VERSION}: "
+                    f"ingest into a new database (--db NEW.duckdb) or use the trace-join release that wrote it"
+                )
+            return
+        tables = self.con.execute("SELECT count(*) FROM information_schema.tables").fetchone()[0]
+        if tables:
+            raise StoreError(f"{self.path} is a DuckDB database but not a trace-join store; pick another --db")
+        if read_only:
+            raise StoreError(f"{self.path} is an empty database: ingest something first")
+        self.con.execute("BEGIN")
+        self.con.execute(SCHEMA)
+        self.con.execute(INDEXES)
+        self.con.execute("INSERT INTO meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
+        self.con.execute("COMMIT")
+
+    # -- origins -------------------------------------------------------------------------------
+
+    def head_lengths(self) -> list[int]:
+        return [r[0] for r in self.con.execute("SELECT DISTINCT head_len FROM origins").fetchall()]
+
+    def find_origin(self, head_len: int, fingerprint: str) -> Origin | None:
+        row = self.con.execute(
+            "SELECT origin_id, path, source, head_len, fingerprint, consumed, lines, worker, role "
+            "FROM origins WHERE head_len = ? AND fingerprint = ? ORDER BY consumed DESC LIMIT 1",
+            [head_len, fingerprint],
+        ).fetchone()
+        return Origin(*row) if row else None
+
+    def new_origin(self, path: str, source: str, head_len: int, fingerprint: str) -> Origin:
+        origin_id = self.con.execute("SELECT coalesce(max(origin_id), 0) + 1 FROM origins").fetchone()[0]
+        self.con.execute(
+            "INSERT INTO origins VALUES (?, ?, ?, ?, ?, 0, 0, NULL, NULL, now())",
+            [origin_id, path, source, head_len, fingerprint],
+        )
+        return Origin(origin_id, path, source, head_len, fingerprint, 0, 0)
+
+    # -- writes --------------------------------------------------------------------------------
+
+    def allocate_record_ids(self, n: int) -> int:
+        """First of n consecutive record ids; one writer per database, so a counter suffices."""
+        if self._next_record_id is None:
+            self._next_record_id = self.con.execute(
+                "SELECT coalesce(max(record_id), 0) + 1 FROM records"
+            ).fetchone()[0]
+        first = self._next_record_id
+        self._next_record_id += n
+        return first
+
+    def write_batch(self, origin: Origin, records, ids, quarantined) -> None:
+        """Store one batch (Arrow tables) and the origin position it reaches, atomically."""
+        con = self.con
+        con.execute("BEGIN")
+        try:
+            if records is not None and records.num_rows:
+                con.register("batch_records", records)
+                con.execute("INSERT INTO records BY NAME SELECT * FROM batch_records")
+                con.unregister("batch_records")
+            if ids is not None and ids.num_rows:
+                con.register("batch_ids", ids)
+                con.execute("INSERT INTO record_ids BY NAME SELECT * FROM batch_ids")
+                con.unregister("batch_ids")
+            if quarantined is not None and quarantined.num_rows:
+                con.register("batch_quarantine", quarantined)
+                con.execute("INSERT INTO quarantine BY NAME SELECT * FROM batch_quarantine")
+                con.unregister("batch_quarantine")
+            con.execute(
+                "UPDATE origins SET consumed = ?, lines = ?, worker = ?, role = ?, path = ?, updated = now() "
+                "WHERE origin_id = ?",
+                [origin.consumed, origin.lines, origin.worker, origin.role, origin.path, origin.origin_id],
+            )
+            con.execute("COMMIT")
+        except BaseException:
+            con.execute("ROLLBACK")
+            self._next_record_id = None
+            raise

@@ -1,0 +1,38 @@
+"""Wall-clock times as ns since the epoch, UTC, to and from ISO 8601 text."""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timezone
+
+
+class BadTime(ValueError):
+    pass
+
+
+_ISO_FRACTION = re.compile(r"\.(\d+)")
+
+
+def iso_to_ns(text: str) -> int:
+    """RFC 3339 / ISO 8601 time to ns since the epoch (UTC), keeping sub-microsecond digits."""
+    fraction_ns = 0
+    m = _ISO_FRACTION.search(text)
+    if m:
+        digits = m.group(1)
+        fraction_ns = int(digits[:9].ljust(9, "0"))
+        text = text[: m.start()] + text[m.end():]
+    if text.endswith(("Z", "z")):
+        text = text[:-1] + "+00:00"
+    try:
+        dt = datetime.fromisoformat(text)
+    except ValueError:
+        raise BadTime(f"unreadable time {text!r}") from None
+    if dt.tzinfo is None:
+        dt = dt.replace(tzinfo=timezone.utc)
+    return int(dt.timestamp()) * 1_000_000_000 + fraction_ns
+
+
+def ns_to_iso(ns: int) -> str:
+    seconds, rest = divmod(ns, 1_000_000_000)
+    base = datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
+    return f"{base}.{rest // 1000:06d}Z"
