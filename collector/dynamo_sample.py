@@ -1,7 +1,8 @@
 """Writes what a disaggregated Dynamo deployment records for a set of requests: the frontend's,
 the prefill worker's and the decode worker's JSONL stderr, OTLP/JSON spans, and request-trace
-rows, field for field as ../shared/reference/formats-dynamo.md describes them (and as a real
-1.6.1 frontend with mocker workers writes them). The demo and the tests build their data with it.
+rows, field for field as a real Dynamo 1.6.1 frontend with mocker workers writes them (see
+../shared/reference/formats-dynamo.md and docs/integrations/dynamo.md). The demo and the tests
+build their data with it.
 
 A request can be given a client-chosen internal id (the pre-fix collision), a shared
 x-request-id, or a client traceparent, so every case of the id model can be built.
@@ -20,6 +21,10 @@ import orjson
 from .times import ns_to_iso
 
 MODEL = "qwen/qwen3-0.6b"
+METRICS = "dynamo_llm::http::service::metrics"
+SERVICE_V2 = "dynamo_llm::http::service::service_v2"
+PUSH_ROUTER = "dynamo_runtime::pipeline::network::egress::push_router"
+PUSH_HANDLER = "dynamo_runtime::pipeline::network::ingress::push_handler"
 
 
 def _hex(rng: random.Random, nbytes: int) -> str:
@@ -57,14 +62,15 @@ class DynamoSample:
         self.trace_rows: list[bytes] = []
         self.spans: list[dict] = []
 
-    def add(self, *, offset_ms: float = 0.0, request_id: str | None = None, **kw) -> SampleRequest:
+    def add(self, *, offset_ms: float = 0.0, request_id: str | None = None, trace_id: str | None = None,
+            **kw) -> SampleRequest:
         req = SampleRequest(
             request_id=request_id or str(uuid.UUID(int=self.rng.getrandbits(128), version=4)),
-            trace_id=_hex(self.rng, 16),
+            trace_id=trace_id or _hex(self.rng, 16),
             start_ns=self.start_ns + int(offset_ms * 1e6),
             **kw,
         )
-        for name in ("http", "route", "to_prefill", "to_decode", "prefill", "decode"):
+        for name in ("http", "to_prefill", "to_decode", "prefill", "decode"):
             req.spans[name] = _hex(self.rng, 8)
         self.requests.append(req)
         self._write(req)
@@ -78,64 +84,65 @@ class DynamoSample:
         ctx = {"trace_id": req.trace_id, "request_id": req.request_id}
         if req.x_request_id is not None:
             ctx["x_request_id"] = req.x_request_id
-        http = {**ctx, "span_id": req.spans["http"], "span_name": "http-request"}
-        if req.client_parent_span:
-            http["parent_id"] = req.client_parent_span
         uri = "/v1/chat/completions" if req.endpoint == "chat_completions" else "/v1/completions"
         request_type = "stream" if req.stream else "unary"
-
-        self.frontend.append(_line(t, "INFO", "dynamo_llm::http::service::metrics", "request received",
-                                   endpoint=req.endpoint, method="POST", model=MODEL,
-                                   request_type=request_type, uri=uri, **http))
-        to_prefill = {**ctx, "span_id": req.spans["to_prefill"], "parent_id": req.spans["http"],
-                      "span_name": "client_request", "instance_id": self.prefill_instance, "operation": "generate"}
-        self.frontend.append(_line(t + 1 * ms, "DEBUG", "dynamo_runtime::pipeline::network::egress::push_router",
-                                   "sending request to worker", **to_prefill))
-        prefill = {**ctx, "span_id": req.spans["prefill"], "parent_id": req.spans["to_prefill"],
-                   "span_name": "handle_payload", "component": "prefill", "endpoint": "generate",
-                   "namespace": "dynamo", "instance_id": self.prefill_instance}
-        self.prefill.append(_line(t + 2 * ms, "DEBUG", "dynamo_runtime::pipeline::network::ingress::push_handler",
-                                  "handling request", **prefill))
-        self.prefill.append(_python_line(t + 3 * ms, f"Prefill Request ID: {req.request_id}"))
-        self.prefill.append(_line(t + 40 * ms, "DEBUG", "dynamo_runtime::pipeline::network::ingress::push_handler",
-                                  "request handled", **prefill))
-        to_decode = {**to_prefill, "span_id": req.spans["to_decode"], "instance_id": self.decode_instance}
-        self.frontend.append(_line(t + 41 * ms, "DEBUG", "dynamo_runtime::pipeline::network::egress::push_router",
-                                   "sending request to worker", **to_decode))
-        decode = {**prefill, "span_id": req.spans["decode"], "parent_id": req.spans["to_decode"],
-                  "component": "backend", "instance_id": self.decode_instance}
-        self.decode.append(_line(t + 42 * ms, "DEBUG", "dynamo_runtime::pipeline::network::ingress::push_handler",
-                                 "handling request", **decode))
-        self.decode.append(_python_line(t + 43 * ms, f"Decode Request ID: {req.request_id}"))
+        http = {**ctx, "span_id": req.spans["http"], "span_name": "http-request", "method": "POST",
+                "uri": uri, "version": "HTTP/1.1"}
+        if req.client_parent_span:
+            http.update(parent_id=req.client_parent_span, trace_flags="01")
         end = t + 180 * ms
-        self.decode.append(_line(end - 2 * ms, "DEBUG", "dynamo_runtime::pipeline::network::ingress::push_handler",
-                                 "request handled", **decode))
-        done = {"avg_itl_ms": "11.84", "decode_worker_id": self.decode_instance, "elapsed_ms": "180",
-                "endpoint": req.endpoint, "input_tokens": "128", "model": MODEL,
-                "prefill_worker_id": self.prefill_instance, "request_type": request_type,
-                "status": req.status, "ttft_ms": "58.21", "output_tokens": "150", **http}
-        if req.status != "success":
-            done["error_type"] = "internal"
-        self.frontend.append(_line(end, "INFO" if req.status == "success" else "ERROR",
-                                   "dynamo_llm::http::service::metrics", "request completed", **done))
-        self.trace_rows.append(orjson.dumps({
-            "schema": "dynamo.request.trace.v1", "event_type": "request_end",
-            "event_time_unix_ms": end // ms,
-            "request": {"request_id": req.request_id, "output_tokens": 150, "request_received_ms": t // ms,
-                        "replay": {"trace_block_size": 64, "input_length": 128,
-                                   "input_sequence_hashes": [14879255164371896291, 274632075616497421]}},
-        }))
-        self._span("dynamo-frontend", "http-request", req, "http", req.client_parent_span, t, end, 2,
+        ok = req.status == "success"
+
+        fe = self.frontend.append
+        fe(_line(t, "INFO", METRICS, "request received", endpoint=req.endpoint, model=MODEL,
+                 request_type=request_type, **http))
+        hops = (("prefill", self.prefill_instance, t + 1 * ms, t + 40 * ms, self.prefill),
+                ("decode", self.decode_instance, t + 41 * ms, end - 2 * ms, self.decode))
+        for hop, instance, start, stop, worker_lines in hops:
+            route = {**ctx, "span_id": req.spans[f"to_{hop}"], "parent_id": req.spans["http"],
+                     "span_name": "router.route_request", "otel.kind": "client", "router_mode": "RoundRobin",
+                     "request.attempt": "0", "migration.is_retry": "false", "worker_id": instance}
+            fe(_line(start, "INFO", PUSH_ROUTER, "Selected worker", **{**http, "router_mode": "round-robin",
+                                                                        "worker_id": int(instance)}))
+            handle = {**ctx, "span_id": req.spans[hop], "parent_id": req.spans[f"to_{hop}"],
+                      "span_name": "handle_payload", "otel.kind": "server", "trace_flags": "01",
+                      "component": "prefill" if hop == "prefill" else "backend", "endpoint": "generate",
+                      "namespace": "dynamo", "instance_id": instance}
+            worker_lines.append(_line(start + ms // 2, "INFO", PUSH_HANDLER, "request received", **handle))
+            worker_lines.append(_line(stop, "INFO", PUSH_HANDLER, "request completed", **handle))
+            fe(_line(stop + ms // 2, "INFO", "request_span", "route request completed",
+                     **{**route, "request.outcome": "success"}))
+            self._span("dynamo-frontend", "router.route_request", req, f"to_{hop}", req.spans["http"],
+                       start, stop + ms // 2, 3, {"request_id": req.request_id, "worker_id": instance})
+            self._span(f"dynamo-worker-{hop}", "handle_payload", req, hop, req.spans[f"to_{hop}"],
+                       start + ms // 2, stop, 2,
+                       {k: handle[k] for k in ("request_id", "x_request_id", "component", "endpoint", "namespace",
+                                               "instance_id") if k in handle})
+        done = {"elapsed_ms": "180", "endpoint": req.endpoint, "model": MODEL, "request_type": request_type,
+                "status": req.status, "request.outcome": req.status, **http}
+        if ok:
+            done.update(avg_itl_ms="11.84", decode_worker_id=self.decode_instance, input_tokens="128",
+                        output_tokens="150", prefill_worker_id=self.prefill_instance, ttft_ms="58.21")
+        else:
+            done.update(error_type="internal", error_detail="Failed to generate completions")
+        fe(_line(end, "INFO" if ok else "ERROR", METRICS, "request completed", **done))
+        fe(_line(end + ms // 10, "INFO" if ok else "ERROR", SERVICE_V2, "http response sent",
+                 status="200" if ok else "500", latency_ms="180", **http))
+        self._span("dynamo-frontend", "http-request", req, "http", req.client_parent_span, t, end + ms // 10, 1,
                    {"request_id": req.request_id, "x_request_id": req.x_request_id, "method": "POST",
-                    "uri": uri, "model": MODEL})
-        self._span("dynamo-worker-prefill", "handle_payload", req, "prefill", req.spans["to_prefill"],
-                   t + 2 * ms, t + 40 * ms, 2,
-                   {"request_id": req.request_id, "component": "prefill", "endpoint": "generate",
-                    "instance_id": self.prefill_instance})
-        self._span("dynamo-worker-decode", "handle_payload", req, "decode", req.spans["to_decode"],
-                   t + 42 * ms, end - 2 * ms, 2,
-                   {"request_id": req.request_id, "component": "backend", "endpoint": "generate",
-                    "instance_id": self.decode_instance})
+                    "uri": uri, "model": MODEL, **({"prefill_worker_id": self.prefill_instance,
+                                                     "decode_worker_id": self.decode_instance} if ok else {})})
+        if ok:  # failed requests get no request-trace rows
+            self.trace_rows.append(orjson.dumps({"timestamp": 1000, "event": {
+                "schema": "dynamo.request.trace.v1", "event_type": "request_end",
+                "event_time_unix_ms": end // ms,
+                "request": {"request_id": req.request_id, "input_tokens": 128, "output_tokens": 150,
+                            "request_received_ms": t // ms, "ttft_ms": 58.2, "total_time_ms": 180.0,
+                            "worker": {"prefill_worker_id": int(self.prefill_instance),
+                                       "decode_worker_id": int(self.decode_instance)},
+                            "replay": {"trace_block_size": 64, "input_length": 128,
+                                       "input_sequence_hashes": [14879255164371896291, 274632075616497421]}},
+            }}))
 
     def _span(self, service, name, req, span, parent, start, end, kind, attrs) -> None:
         self.spans.append({
@@ -144,7 +151,7 @@ class DynamoSample:
                 "traceId": req.trace_id, "spanId": req.spans[span], **({"parentSpanId": parent} if parent else {}),
                 "name": name, "kind": kind, "startTimeUnixNano": str(start), "endTimeUnixNano": str(end),
                 "attributes": [{"key": k, "value": {"stringValue": str(v)}} for k, v in attrs.items() if v is not None],
-                "status": {},
+                "status": {}, "flags": 257,
             },
         })
 
@@ -161,10 +168,23 @@ class DynamoSample:
             "request_trace": folder / "dynamo-request-trace.000001.jsonl",
             "otlp": folder / "traces.otlp.jsonl",
         }
-        startup = [_python_line(self.start_ns - 5_000_000_000, "Starting worker"), b"vLLM-style plain text line"]
-        files["frontend"].write_bytes(b"\n".join(self._sorted(self.frontend)) + b"\n")
-        files["prefill"].write_bytes(b"\n".join(startup + self._sorted(self.prefill)) + b"\n")
-        files["decode"].write_bytes(b"\n".join(startup + self._sorted(self.decode)) + b"\n")
+        before = self.start_ns - 5_000_000_000
+        otel_line = lambda service: _line(before, "INFO", "dynamo_runtime::logging",  # noqa: E731
+                                          "OpenTelemetry OTLP export enabled (traces and logs)", service=service)
+        frontend = [otel_line("dynamo-frontend"),
+                    _line(before + 1000, "INFO", SERVICE_V2, "Starting HTTP(S) service", address="127.0.0.1:8000",
+                          protocol="HTTP")]
+        prefill, decode = ([otel_line(f"dynamo-worker-{role}"),
+                            _python_line(before + 500, "Using local model path: /models/qwen3"),
+                            _line(before + 1000, "INFO", "dynamo_runtime::pipeline::network::ingress::shared_tcp_endpoint",
+                                  f"Registered endpoint 'dynamo.{component}.generate' with shared TCP server on 127.0.0.1:4335{i}"),
+                            _line(before + 2000, "INFO", "dynamo_llm::fpm_publisher", "FPM direct publisher started",
+                                  worker_id=instance)]
+                           for i, (role, component, instance) in enumerate(
+                               (("prefill", "prefill", self.prefill_instance), ("decode", "backend", self.decode_instance))))
+        files["frontend"].write_bytes(b"\n".join(frontend + self._sorted(self.frontend)) + b"\n")
+        files["prefill"].write_bytes(b"\n".join(prefill + self._sorted(self.prefill)) + b"\n")
+        files["decode"].write_bytes(b"\n".join(decode + self._sorted(self.decode)) + b"\n")
         files["request_trace"].write_bytes(b"\n".join(self.trace_rows) + b"\n")
         with open(files["otlp"], "wb") as f:
             for service in sorted({s["service"] for s in self.spans}):
@@ -182,11 +202,12 @@ class DynamoSample:
 
 def _line(time_ns: int, level: str, target: str, message: str, **fields) -> bytes:
     """A Dynamo JSONL line: fixed keys first, then the fields sorted, as logging.rs writes them."""
-    head = {"time": ns_to_iso(time_ns), "level": level, "target": target, "message": message}
+    head = {"time": ns_to_iso(time_ns), "level": level, "file": f"/opt/dynamo/lib/{target.split('::')[0]}.rs",
+            "line": 1, "target": target, "message": message}
     return orjson.dumps({**head, **dict(sorted(fields.items()))})
 
 
 def _python_line(time_ns: int, message: str) -> bytes:
-    """A bridged Python log line: target "log", no trace context."""
-    return _line(time_ns, "INFO", "log", message, **{"log.file": "/opt/dynamo/vllm/handlers.py",
-                                                     "log.line": 912, "log.target": "handlers.generate"})
+    """A bridged Python log line: target "log", no `file`/`line`, no trace context."""
+    head = {"time": ns_to_iso(time_ns), "level": "INFO", "target": "log", "message": message}
+    return orjson.dumps({**head, "log.file": "/opt/dynamo/mocker/main.py", "log.line": 56, "log.target": "main.prefetch"})

@@ -241,8 +241,7 @@ def _covers(window: tuple[int, int], t: int) -> bool:
 
 
 def _cluster_entries(entries: list[Node]) -> list[list[Node]]:
-    """Entry records that belong to one request: same trace and the same span, or one the other's
-    parent (a proxy and the server behind it)."""
+    """Group entry records into the requests they start (see _same_request)."""
     clusters: list[list[Node]] = []
     for e in entries:
         joined = None
@@ -261,10 +260,12 @@ def _cluster_entries(entries: list[Node]) -> list[list[Node]]:
 
 
 def _same_request(a: Node, b: Node) -> bool:
+    """Two entry records start one request when they share a trace, unless they are sibling spans
+    (two requests a client made under one span of its own). Different traces: different requests.
+    One request can have several entry records: a proxy's and the server's behind it, a log line
+    and the span it belongs to, or a span nested in another."""
     if not a.trace_id or a.trace_id != b.trace_id:
         return False
-    if a.span_id and a.span_id == b.span_id:
+    if a.span_id == b.span_id:
         return True
-    return bool(
-        (a.parent_span_id and a.parent_span_id == b.span_id) or (b.parent_span_id and b.parent_span_id == a.span_id)
-    )
+    return a.parent_span_id != b.parent_span_id

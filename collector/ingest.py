@@ -142,6 +142,7 @@ class Ingester:
             except OSError as e:
                 result.errors.append(f"{path}: {e.strerror or e}")
         self._count_requests(result, first_new)
+        self.store.learn_worker_roles(first_new)
         return result
 
     def ingest_file(self, path: Path, result: IngestResult, *, named: bool = True) -> None:

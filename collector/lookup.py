@@ -103,25 +103,22 @@ def _request_json(store: Store, graph: IdGraph, request) -> dict:
     ids[ENGINE_REQUEST_ID] = engine
 
     rows = _record_rows(store, sorted(request.record_ids))
-    roles = _roles_named_by_frontend(rows)
+    _name_workers(store, rows)
     records = []
     workers: dict[str, dict] = {}
     for row in rows:
-        role = row["role"]
-        if role == "worker" and row["worker"]:
-            role = roles.get(row["worker"].rsplit(":", 1)[-1], role)
         rec = {
             "time": ns_to_iso(row["time_ns"]) if row["time_ns"] is not None else None,
             "source": row["source"],
             "kind": row["kind"],
             "worker": row["worker"],
-            "role": role,
+            "role": row["role"],
             "summary": _summary(row),
         }
         if row["record_id"] in request.ambiguous:
             rec["ambiguous"] = True
         records.append(rec)
-        w = workers.setdefault(row["worker"] or "?", {"worker": row["worker"], "role": role, "records": 0})
+        w = workers.setdefault(row["worker"] or "?", {"worker": row["worker"], "role": row["role"], "records": 0})
         w["records"] += 1
     return {"ids": ids, "workers": list(workers.values()), "records": records}
 
@@ -143,16 +140,36 @@ def _record_rows(store: Store, record_ids: list[int]) -> list[dict]:
     return rows
 
 
-def _roles_named_by_frontend(rows: list[dict]) -> dict[str, str]:
-    """Dynamo serves decode and aggregated workers as one component; the frontend's request
-    summary names which instance did prefill and which did decode."""
-    roles = {}
-    for row in rows:
-        for field, role in (("prefill_worker_id", "prefill"), ("decode_worker_id", "decode")):
-            value = row["attrs"].get(field)
-            if value not in (None, ""):
-                roles[str(value)] = role
-    return roles
+def _name_workers(store: Store, rows: list[dict]) -> None:
+    """Settle each record's worker and role where its own source could not.
+
+    - Dynamo serves decode and aggregated workers as one component (`backend`); the frontend names
+      which instance did prefill and which did decode (table worker_roles, filled at ingest).
+    - A record whose source names no process (Dynamo request-trace rows), or only a service
+      (Dynamo's OTLP log records carry no instance id), gets the full identity another source gave
+      the one worker of that role in this request.
+    """
+    unsettled = {r["worker"].rsplit(":", 1)[-1] for r in rows if r["role"] == "worker" and r["worker"]}
+    if unsettled:
+        marks = ",".join("?" * len(unsettled))
+        roles = dict(store.con.execute(
+            f"SELECT instance_id, role FROM worker_roles WHERE instance_id IN ({marks})", list(unsettled)
+        ).fetchall())
+        for r in rows:
+            if r["role"] == "worker" and r["worker"]:
+                r["role"] = roles.get(r["worker"].rsplit(":", 1)[-1], "worker")
+    named_by_role: dict[str, set[str]] = {}
+    for r in rows:
+        if not _bare_name(r["worker"]):
+            named_by_role.setdefault(r["role"], set()).add(r["worker"])
+    for r in rows:
+        if _bare_name(r["worker"]) and len(named_by_role.get(r["role"], ())) == 1:
+            r["worker"] = next(iter(named_by_role[r["role"]]))
+
+
+def _bare_name(worker: str | None) -> bool:
+    """No name, or one with no host, port, pid or instance in it: only a service name."""
+    return worker is None or (":" not in worker and "@" not in worker)
 
 
 def _summary(row: dict) -> str:

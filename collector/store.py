@@ -66,6 +66,13 @@ CREATE TABLE IF NOT EXISTS record_ids (
     scope     VARCHAR
 );
 
+-- Roles the entry server names for the workers it used (Dynamo's prefill_worker_id and
+-- decode_worker_id), for workers whose own records do not say which role they play.
+CREATE TABLE IF NOT EXISTS worker_roles (
+    instance_id VARCHAR PRIMARY KEY,
+    role        VARCHAR NOT NULL
+);
+
 CREATE TABLE IF NOT EXISTS quarantine (
     origin_id INTEGER NOT NULL,
     path      VARCHAR NOT NULL,
@@ -181,6 +188,22 @@ class Store:
         return Origin(origin_id, path, source, head_len, fingerprint, 0, 0)
 
     # -- writes --------------------------------------------------------------------------------
+
+    def learn_worker_roles(self, first_record_id: int) -> None:
+        """Record the roles that records from first_record_id on name for worker instances."""
+        self.con.execute(
+            """
+            INSERT OR REPLACE INTO worker_roles
+            SELECT DISTINCT ON (instance_id) instance_id, role FROM (
+                SELECT attrs->>'prefill_worker_id' AS instance_id, 'prefill' AS role FROM records
+                WHERE record_id >= $first AND attrs->>'prefill_worker_id' IS NOT NULL
+                UNION ALL
+                SELECT attrs->>'decode_worker_id', 'decode' FROM records
+                WHERE record_id >= $first AND attrs->>'decode_worker_id' IS NOT NULL
+            )
+            """,
+            {"first": first_record_id},
+        )
 
     def allocate_record_ids(self, n: int) -> int:
         """First of n consecutive record ids; one writer per database, so a counter suffices."""

@@ -1,14 +1,17 @@
 """NVIDIA Dynamo logs: the stderr of the frontend and of each worker with `DYN_LOGGING_JSONL=1`.
 
-Such a capture mixes JSON lines from Rust (`time`, `level`, `target`, `message`, then the event's
-and the current span's fields), bridged Python lines (`target` "log"), plain text (vLLM's own
-logs, readable-mode lines, tracebacks) and, with the `stderr` sink, request-trace rows. Every line
-becomes a record; only a line that looks like JSON and is not, or has a wrong type, is quarantined.
+Such a capture mixes JSON lines from Rust (`time`, `level`, `file`, `line`, `target`, `message`,
+then the event's and the current span's fields), bridged Python lines (`target` "log"), plain text
+(vLLM's own logs, readable-mode lines, tracebacks) and, with the `stderr` sink, request-trace rows.
+Every line becomes a record; only a line that looks like JSON and is not, or has a wrong type, is
+quarantined.
 
-One file is one process. Its identity is learned from its own lines: a worker's `handle_payload`
-span carries its `component` and discovery `instance_id`; the frontend's lines come from the
-`http-request` span. The frontend's `client_request` span also names an `instance_id`, but that is
-the target worker's, so it is never taken as the file's identity.
+One file is one process, and its identity is learned from its own lines (as Dynamo 1.6.1 writes
+them): a worker announces its discovery id (`FPM direct publisher started`, `worker_id`) and its
+component (`Registered endpoint 'dynamo.prefill.generate' ...`), and its `handle_payload` span
+lines carry both as `component` and `instance_id`; the frontend announces the address it serves
+(`Starting HTTP(S) service`). The frontend's egress lines also name an `instance_id`/`worker_id`,
+but that is the target worker's, so only the lines above are taken as the file's identity.
 """
 
 from __future__ import annotations
@@ -37,7 +40,8 @@ _ENGINE_ID_MAP = re.compile(
 )
 # Readable-mode line: "2025-09-02T15:50:01.770028Z  INFO main.init: message"
 _READABLE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d))\s+([A-Z]+)\s+(.*)$")
-_ENTRY_MESSAGES = {"request received"}
+_UUID_IN_TEXT = re.compile(_UUID)
+_REGISTERED_ENDPOINT = re.compile(r"Registered endpoint '[^.']+\.([^.']+)\.[^']+'")
 
 
 def sniff(path: str, head: list[bytes]) -> bool:
@@ -53,6 +57,8 @@ class LineParser:
         self.role: str | None = None
         self._file = os.path.basename(path)
         self._last_time_ns: int | None = None
+        self._component: str | None = None
+        self._instance_id: str | None = None
 
     def parse(self, line: bytes) -> list[Record]:
         stripped = line.strip()
@@ -83,14 +89,23 @@ class LineParser:
             trace_id=hex_id(field(obj, "trace_id", (str,)), 32),
             span_id=hex_id(field(obj, "span_id", (str,)), 16),
             parent_span_id=hex_id(field(obj, "parent_id", (str,)), 16),
-            entry=message in _ENTRY_MESSAGES or (message == "SPAN_FIRST_ENTRY" and span_name == "http-request"),
+            # The frontend's first line about a request (workers log "request received" too).
+            entry=target.startswith("dynamo_llm::http")
+            and (message == "request received" or (message == "SPAN_FIRST_ENTRY" and span_name == "http-request")),
         )
         # Builds before PR #7834 call the internal id x_dynamo_request_id; mixed fleets emit both.
-        record.add_id(INTERNAL_ID, field(obj, "request_id", (str,)))
+        request_id = field(obj, "request_id", (str,)) or field(obj, "x_dynamo_request_id", (str,))
+        record.add_id(INTERNAL_ID, request_id)
         record.add_id(INTERNAL_ID, field(obj, "x_dynamo_request_id", (str,)))
         record.add_id(X_REQUEST_ID, field(obj, "x_request_id", (str,)))
         record.add_id(TRACE_ID, record.trace_id)
         self._ids_in_text(record, message)
+        if request_id is None:
+            # Lines outside a request span name it only in text ("request <uuid> is already active").
+            for text in (message, obj.get("error"), obj.get("error_detail")):
+                if isinstance(text, str):
+                    for uuid in _UUID_IN_TEXT.findall(text):
+                        record.add_id(INTERNAL_ID, uuid.lower())
         if "time.duration_us" in obj and isinstance(obj["time.duration_us"], int):
             record.duration_ns = obj["time.duration_us"] * 1000
         elif isinstance(obj.get("elapsed_ms"), (str, int, float)):
@@ -134,15 +149,25 @@ class LineParser:
                     record.add_id(DISAGG_REQUEST_ID, m.group(3))
 
     def _learn_identity(self, obj: dict, target: str, span_name: str | None) -> None:
-        if self.worker:
+        if self.worker and self._instance_id:
             return
+        message = obj.get("message") or ""
         if span_name == "handle_payload" and obj.get("instance_id") is not None:
-            component = str(obj.get("component") or "worker")
-            self.worker = f"{component}:{obj['instance_id']}"
-            self.role = _role_of_component(component)
-        elif (span_name == "http-request" or target.startswith("dynamo_llm::http")):
-            self.worker = f"frontend:{self._file}"
-            self.role = "frontend"
+            self._instance_id = str(obj["instance_id"])
+            self._component = str(obj.get("component") or self._component or "worker")
+        elif message == "FPM direct publisher started" and obj.get("worker_id") is not None:
+            self._instance_id = str(obj["worker_id"])
+        elif message.startswith("Registered endpoint"):
+            m = _REGISTERED_ENDPOINT.search(message)
+            if m:
+                self._component = m.group(1)
+        elif message == "Starting HTTP(S) service" and isinstance(obj.get("address"), str):
+            self.worker, self.role = f"frontend:{obj['address']}", "frontend"
+        elif self.worker is None and (span_name == "http-request" or target.startswith("dynamo_llm::http")):
+            self.worker, self.role = f"frontend:{self._file}", "frontend"
+        if self._instance_id:
+            self.worker = f"{self._component or 'worker'}:{self._instance_id}"
+            self.role = _role_of_component(self._component or "")
 
 
 def _role_of_component(component: str) -> str:
@@ -151,7 +176,7 @@ def _role_of_component(component: str) -> str:
     if "decode" in component:
         return "decode"
     # Dynamo serves decode (and aggregated) workers as the `backend` component; which of the two it
-    # is shows on the frontend's `request completed` line (decode_worker_id), used at lookup.
+    # is shows where the frontend names its workers (prefill_worker_id, decode_worker_id).
     return "worker"
 
 

@@ -7,8 +7,6 @@ text in `request_payload` is not stored; only the reply id is kept from it.
 
 from __future__ import annotations
 
-import os
-
 from ..ids import INTERNAL_ID, REPLY_ID, X_REQUEST_ID
 from ..records import Record
 from .parsing import Unparseable, field, load_object
@@ -30,8 +28,9 @@ def sniff(path: str, head: list[bytes]) -> bool:
 
 class LineParser:
     def __init__(self, path: str):
-        # The frontend writes these rows; its JSONL lines name it after their own file.
-        self.worker: str | None = f"frontend:{os.path.basename(path)}"
+        # The frontend writes these rows but they do not say which frontend: lookup names them after
+        # the frontend the rest of the request went through.
+        self.worker: str | None = None
         self.role: str | None = "frontend"
 
     def parse(self, line: bytes) -> list[Record]:
@@ -45,6 +44,9 @@ class LineParser:
 
 
 def record_from_row(obj: dict) -> Record:
+    # The file sink of 1.6.1 wraps each row: {"timestamp": <ms since the sink started>, "event": row}.
+    if isinstance(obj.get("event"), dict) and "schema" not in obj:
+        obj = obj["event"]
     if obj.get("schema") != SCHEMA:
         raise Unparseable(f"not a {SCHEMA} row")
     event_type = field(obj, "event_type", (str,), required=True)

@@ -227,9 +227,8 @@ class LineParser:
         )
         if record.trace_id is None or record.span_id is None:
             raise Unparseable(f"span {record.name!r} has no traceId or spanId")
-        record.entry = _SPAN_KINDS.get(kind) == "server" and (
-            record.name == "http-request" or role in ENTRY_ROLES
-        )
+        # Dynamo's frontend root span (kind INTERNAL in 1.6.1), or a server span of an entry tier.
+        record.entry = record.name == "http-request" or (_SPAN_KINDS.get(kind) == "server" and role in ENTRY_ROLES)
         http_status = attrs.get("http.response.status_code") or attrs.get("http.status_code")
         if http_status is not None:
             record.status = str(http_status)
