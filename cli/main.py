@@ -99,6 +99,18 @@ def quarantine(db: Optional[str] = DbOption, as_json: bool = JsonOption, limit: 
     render.table_of_rows(rows, as_json, title="quarantined lines")
 
 
+@app.command()
+def demo(
+    db: Optional[str] = DbOption,
+    folder: str = typer.Option("tracejoin-demo", help="Where the demo writes the records it ingests."),
+):
+    """Build a small disaggregated deployment's records, ingest them and look a reply up."""
+    from tracejoin.cli import demo as run_demo
+
+    with _open(db, read_only=False) as store:
+        run_demo.dynamo_sample(store, folder)
+
+
 def _time_arg(text: Optional[str], option: str) -> Optional[int]:
     if text is None:
         return None

@@ -207,13 +207,14 @@ class Ingester:
             elif line.strip():
                 try:
                     records = parser.parse(line)
-                except sources.Unparseable as e:
+                except Exception as e:  # noqa: BLE001 - a line no parser expected must not stop the file
+                    reason = str(e) if isinstance(e, sources.Unparseable) else f"unreadable ({type(e).__name__}: {e})"
                     if not terminated:
                         # A torn last line may be a line still being written: leave it for later.
                         result.held_back.append(f"{path}:{line_no} (byte {offset})")
                         line_no -= 1
                         break
-                    batch.quarantine(str(path), offset, line_no, str(e), line)
+                    batch.quarantine(str(path), offset, line_no, reason, line)
                 else:
                     for seq, record in enumerate(records):
                         batch.add(record, offset, seq)

@@ -19,8 +19,9 @@ _KIND_ORDER = [REPLY_ID, INTERNAL_ID, DISAGG_REQUEST_ID, ENGINE_REQUEST_ID, X_RE
 _SHOWN_ID_KINDS = [REPLY_ID, INTERNAL_ID, X_REQUEST_ID, DISAGG_REQUEST_ID, TRACE_ID]
 # Attributes worth a glance in a record's one-line summary.
 _SUMMARY_ATTRS = (
-    "route", "method", "endpoint", "model", "error_type", "ttft_ms", "ttfb_ms", "avg_itl_ms",
-    "input_tokens", "output_tokens", "disconnected", "header", "upstream_status", "finish_reason",
+    "route", "method", "endpoint", "model", "error_type", "error_detail", "worker_id", "ttft_ms",
+    "ttfb_ms", "avg_itl_ms", "input_tokens", "output_tokens", "disconnected", "header",
+    "upstream_status", "finish_reason",
 )
 
 

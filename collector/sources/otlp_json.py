@@ -55,6 +55,21 @@ def _get(obj: dict, camel: str, snake: str):
     return obj.get(snake) if value is None else value
 
 
+def _list(value, what: str) -> list:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise Unparseable(f"{what} is not a list")
+    return value
+
+
+def _scope_name(block) -> str | None:
+    if not isinstance(block, dict):
+        raise Unparseable("scope block is not an object")
+    scope = block.get("scope")
+    return scope.get("name") if isinstance(scope, dict) else None
+
+
 def _int(value, what: str) -> int | None:
     if value is None or value == "":
         return None
@@ -160,9 +175,9 @@ class LineParser:
         if spans is None and logs is None:
             raise Unparseable("neither resourceSpans nor resourceLogs")
         records: list[Record] = []
-        for resource_spans in spans or []:
+        for resource_spans in _list(spans, "resourceSpans"):
             records += self._resource_spans(resource_spans)
-        for resource_logs in logs or []:
+        for resource_logs in _list(logs, "resourceLogs"):
             records += self._resource_logs(resource_logs)
         return records
 
@@ -173,7 +188,9 @@ class LineParser:
         attrs = attributes((resource or {}).get("attributes", []))
         service = attrs.get("service.name")
         role = attrs.get("tracejoin.role") or _role_of_service(service)
-        worker = attrs.get("service.instance.id")
+        host, pid = attrs.get("host.name"), attrs.get("process.pid")
+        # host and pid say more to a reader than the random UUID the SDK puts in service.instance.id.
+        worker = f"{service}@{host}:{pid}" if host and pid else attrs.get("service.instance.id")
         if worker is None:
             # A Dynamo worker names its discovery instance on its handle_payload spans.
             for item in items:
@@ -186,8 +203,7 @@ class LineParser:
         if worker is None and service in self._identity_by_service:
             return self._identity_by_service[service]
         if worker is None:
-            host, pid = attrs.get("host.name"), attrs.get("process.pid")
-            worker = f"{service}@{host}:{pid}" if host and pid else service
+            worker = service
         if service:
             self._identity_by_service[service] = (worker, role)
         return worker, role
@@ -196,9 +212,9 @@ class LineParser:
         if not isinstance(block, dict):
             raise Unparseable("resourceSpans entry is not an object")
         items = []
-        for scope_spans in _get(block, "scopeSpans", "scope_spans") or []:
-            scope = (scope_spans.get("scope") or {}).get("name")
-            for span in scope_spans.get("spans") or []:
+        for scope_spans in _list(_get(block, "scopeSpans", "scope_spans"), "scopeSpans"):
+            scope = _scope_name(scope_spans)
+            for span in _list(scope_spans.get("spans"), "spans"):
                 if not isinstance(span, dict):
                     raise Unparseable("span is not an object")
                 items.append({"name": span.get("name"), "attrs": attributes(span.get("attributes", [])),
@@ -249,9 +265,9 @@ class LineParser:
         if not isinstance(block, dict):
             raise Unparseable("resourceLogs entry is not an object")
         items = []
-        for scope_logs in _get(block, "scopeLogs", "scope_logs") or []:
-            scope = (scope_logs.get("scope") or {}).get("name")
-            for log in _get(scope_logs, "logRecords", "log_records") or []:
+        for scope_logs in _list(_get(block, "scopeLogs", "scope_logs"), "scopeLogs"):
+            scope = _scope_name(scope_logs)
+            for log in _list(_get(scope_logs, "logRecords", "log_records"), "logRecords"):
                 if not isinstance(log, dict):
                     raise Unparseable("log record is not an object")
                 items.append({"name": None, "attrs": attributes(log.get("attributes", [])), "log": log,

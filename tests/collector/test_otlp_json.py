@@ -1,0 +1,136 @@
+"""OTLP JSON files written by the real OpenTelemetry SDK, in both encodings a file can have: the
+OTLP/JSON of the spec (hex ids, what opentelemetry-exporter-otlp-json-file writes) and protobuf's
+generic JSON mapping (base64 ids, enum names)."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+from google.protobuf.json_format import MessageToJson
+from opentelemetry.exporter.otlp.json.file import FileSpanExporter
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from tracejoin.collector.sources import otlp_json
+
+
+def trtllm_worker_spans(host: str, pid: int, engine_ids: list[int]):
+    """`llm_request` spans as a TensorRT-LLM worker exports them (formats-trtllm.md §12: SERVER
+    kind, gen_ai.request.id = the engine's own request id). TensorRT-LLM cannot run here; its span
+    shape is reproduced with the real SDK."""
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource({"service.name": "trtllm-gen", "host.name": host, "process.pid": pid}))
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer("trt.llm")
+    for engine_id in engine_ids:
+        with tracer.start_as_current_span("llm_request", kind=SpanKind.SERVER) as span:
+            span.set_attribute("gen_ai.request.id", engine_id)
+            span.set_attribute("gen_ai.latency.time_to_first_token", 0.043)
+            if engine_id == 99:
+                span.set_status(Status(StatusCode.ERROR, "aborted"))
+    provider.shutdown()
+    return memory.get_finished_spans()
+
+
+def write_otlp_json(path, spans) -> None:
+    exporter = FileSpanExporter(path)
+    exporter.export(spans)
+    exporter.shutdown()
+
+
+def write_protobuf_json(path, spans) -> None:
+    path.write_text(MessageToJson(encode_spans(spans), indent=None) + "\n")
+
+
+@pytest.mark.parametrize("writer", [write_otlp_json, write_protobuf_json], ids=["otlp-json", "protobuf-json"])
+def test_engine_id_7_on_two_workers_is_two_requests(tj, tmp_path, writer):
+    a = trtllm_worker_spans("gpu-node-1", 4242, [7, 8])
+    b = trtllm_worker_spans("gpu-node-2", 4242, [7, 99])
+    writer(tmp_path / "a.otlp.jsonl", a)
+    writer(tmp_path / "b.otlp.jsonl", b)
+    run = tj("ingest", tmp_path / "a.otlp.jsonl", tmp_path / "b.otlp.jsonl", "--json")
+    assert run.code == 0, run.err
+    assert run.json()["sources"]["otlp_json"]["records"] == 4
+
+    result = tj("lookup", "7", "--json").json()
+    assert result["id_kind"] == "engine_request_id"
+    assert len(result["requests"]) == 2
+    workers = sorted(r["ids"]["engine_request_id"][0]["worker"] for r in result["requests"])
+    assert workers == ["trtllm-gen@gpu-node-1:4242", "trtllm-gen@gpu-node-2:4242"]
+    for request in result["requests"]:
+        assert len(request["records"]) == 1
+        assert request["ids"]["trace_id"] == [format(s.context.trace_id, "032x")
+                                              for s in a + b if s.attributes["gen_ai.request.id"] == 7
+                                              and request["workers"][0]["worker"].endswith(s.resource.attributes["host.name"] + ":4242")]
+
+    failed = tj("lookup", "99", "--json").json()["requests"]
+    assert [r["records"][0]["summary"].split(" · ")[:2] for r in failed] == [["llm_request", "status=error"]]
+
+
+def test_both_encodings_read_to_the_same_records(tmp_path):
+    spans = trtllm_worker_spans("gpu-node-1", 1, [1, 2, 3])
+    write_otlp_json(tmp_path / "hex.jsonl", spans)
+    write_protobuf_json(tmp_path / "b64.jsonl", spans)
+    hex_records = otlp_json.LineParser().parse((tmp_path / "hex.jsonl").read_bytes().strip())
+    b64_records = otlp_json.LineParser().parse((tmp_path / "b64.jsonl").read_bytes().strip())
+    b64_span = orjson.loads((tmp_path / "b64.jsonl").read_bytes())["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    assert len(b64_span["traceId"]) == 24 and b64_span["kind"] == "SPAN_KIND_SERVER"  # base64, enum names
+    assert [(r.trace_id, r.span_id, r.time_ns, r.duration_ns, r.ids) for r in hex_records] == [
+        (r.trace_id, r.span_id, r.time_ns, r.duration_ns, r.ids) for r in b64_records
+    ]
+    assert hex_records[0].trace_id == format(spans[0].context.trace_id, "032x")
+    assert hex_records[0].time_ns == spans[0].start_time
+
+
+def test_spec_variants_are_accepted():
+    """Upper-case hex and bare-number nanos (the spec's examples), enum names, snake_case keys."""
+    line = orjson.dumps({"resource_spans": [{"resource": {"attributes": [
+        {"key": "service.name", "value": {"stringValue": "gw"}}]}, "scope_spans": [{"spans": [{
+            "traceId": "4BF92F3577B34DA6A3CE929D0E0E4736", "spanId": "00F067AA0BA902B7",
+            "name": "POST /v1/chat/completions", "kind": "SPAN_KIND_SERVER",
+            "startTimeUnixNano": 1787307302481000000, "endTimeUnixNano": "1787307304315000000",
+            "attributes": [{"key": "gen_ai.response.id", "value": {"stringValue": "chatcmpl-42"}},
+                           {"key": "http.response.status_code", "value": {"intValue": 200}}],
+            "status": {"code": "STATUS_CODE_OK"}}]}]}]})
+    [record] = otlp_json.LineParser().parse(line)
+    assert record.trace_id == "4bf92f3577b34da6a3ce929d0e0e4736"
+    assert record.duration_ns == 1_834_000_000
+    assert record.status == "200"
+    assert ("reply_id", "chatcmpl-42", None) in record.ids
+    assert record.attrs["span_kind"] == "server"
+
+
+def test_dynamo_log_records_without_time_use_the_observed_time():
+    """Dynamo 1.6.1 exports log records with observedTimeUnixNano only, inside the request's span."""
+    line = orjson.dumps({"resourceLogs": [{"resource": {"attributes": [
+        {"key": "service.name", "value": {"stringValue": "dynamo-frontend"}}]}, "scopeLogs": [{
+            "scope": {"name": "dynamo_runtime::pipeline::network::ingress::push_handler"},
+            "logRecords": [{"severityNumber": "SEVERITY_NUMBER_INFO", "severityText": "INFO",
+                            "body": {"stringValue": "request received"},
+                            "attributes": [{"key": "request_id", "value": {
+                                "stringValue": "92224e18-6e5e-45be-945f-40267759d235"}}],
+                            "traceId": "ca46679c4b7a18a186e86c72d66929df", "spanId": "c8f7db120d18136c",
+                            "observedTimeUnixNano": "1796035710308707042", "flags": 1}]}]}]})
+    [record] = otlp_json.LineParser().parse(line)
+    assert record.time_ns == 1796035710308707042
+    assert record.name == "request received"
+    assert record.role == "frontend"
+    assert ("internal_id", "92224e18-6e5e-45be-945f-40267759d235", None) in record.ids
+
+
+@pytest.mark.parametrize("line, reason", [
+    (b'{"resourceSpans": 5}', "not a list"),
+    (b'{"resourceSpans": [{"scopeSpans": [{"spans": [7]}]}]}', "not an object"),
+    (b'{"resourceSpans":[{"scopeSpans":[{"spans":[{"name":"x","traceId":"zz","spanId":"00f067aa0ba902b7"}]}]}]}',
+     "traceId"),
+    (b'{"resourceSpans":[{"scopeSpans":[{"spans":[{"name":"x","traceId":"4bf92f3577b34da6a3ce929d0e0e4736",'
+     b'"spanId":"00f067aa0ba902b7","startTimeUnixNano":"soon"}]}]}]}', "startTimeUnixNano"),
+    (b'{"something":"else"}', "neither"),
+])
+def test_malformed_export_lines_say_why(line, reason):
+    with pytest.raises(otlp_json.Unparseable, match=reason):
+        otlp_json.LineParser().parse(line)
