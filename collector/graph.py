@@ -66,6 +66,10 @@ class IdGraph:
         self._collisions: dict[tuple, Collision | None] = {}
         self.warnings: list[str] = []
 
+    def _warn(self, message: str) -> None:
+        if message not in self.warnings:
+            self.warnings.append(message)
+
     # -- loading --------------------------------------------------------------------------------
 
     def rows_for(self, values) -> None:
@@ -127,7 +131,7 @@ class IdGraph:
                 for trace in {e.trace_id for e in cluster}:
                     traces[trace] = traces.get(trace, 0) + 1
             result = Collision(kind, value, len(clusters), {t for t, n in traces.items() if t and n == 1})
-            self.warnings.append(
+            self._warn(
                 f"collision: {kind} {value} is carried by {len(clusters)} requests that started separately; "
                 f"they are listed apart, not merged"
             )
@@ -225,7 +229,7 @@ class IdGraph:
                 if len(covering) > 1:
                     a.ambiguous |= q.record_ids
             if len(covering) > 1:
-                self.warnings.append(
+                self._warn(
                     f"{len(q.record_ids)} record(s) carry only a collided id and cannot be told apart: "
                     f"shown in each of the {len(covering)} requests that share it, marked ambiguous"
                 )
