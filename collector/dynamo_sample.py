@@ -21,6 +21,7 @@ import orjson
 from .times import ns_to_iso
 
 MODEL = "qwen/qwen3-0.6b"
+EXPORT_BATCH = 512  # spans per OTLP export, the batch span processor's default
 METRICS = "dynamo_llm::http::service::metrics"
 SERVICE_V2 = "dynamo_llm::http::service::service_v2"
 PUSH_ROUTER = "dynamo_runtime::pipeline::network::egress::push_router"
@@ -189,10 +190,11 @@ class DynamoSample:
         with open(files["otlp"], "wb") as f:
             for service in sorted({s["service"] for s in self.spans}):
                 spans = [s["span"] for s in self.spans if s["service"] == service]
-                f.write(orjson.dumps({"resourceSpans": [{
-                    "resource": {"attributes": [{"key": "service.name", "value": {"stringValue": service}}]},
-                    "scopeSpans": [{"scope": {"name": "dynamo"}, "spans": spans}],
-                }]}) + b"\n")
+                for i in range(0, len(spans), EXPORT_BATCH):  # one line per export batch
+                    f.write(orjson.dumps({"resourceSpans": [{
+                        "resource": {"attributes": [{"key": "service.name", "value": {"stringValue": service}}]},
+                        "scopeSpans": [{"scope": {"name": service}, "spans": spans[i:i + EXPORT_BATCH]}],
+                    }]}) + b"\n")
         return files
 
     @staticmethod

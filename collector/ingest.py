@@ -22,7 +22,8 @@ from .records import BatchBuilder
 from .store import Origin, Store
 
 HEAD = 4096  # bytes hashed to recognize a file
-MAX_LINE = 1 << 20  # longer lines are quarantined, not parsed
+MAX_LINE = 1 << 20  # longer lines are quarantined, not parsed, unless a source allows more
+_OWN_FILES = (".duckdb", ".duckdb.wal")  # a store kept next to the logs it was made from
 BATCH_RECORDS = 50_000
 SNIFF_LINES = 20
 
@@ -68,7 +69,8 @@ def expand_paths(paths: list[str]) -> list[tuple[Path, bool]]:
         elif os.path.isdir(p):
             for root, dirs, files in os.walk(p):
                 dirs.sort()
-                found += [(Path(root) / f, False) for f in sorted(files) if not f.startswith(".")]
+                found += [(Path(root) / f, False) for f in sorted(files)
+                          if not f.startswith(".") and not f.endswith(_OWN_FILES)]
         elif os.path.isfile(p):
             found.append((Path(p), True))
         else:
@@ -87,11 +89,16 @@ def _open(path: Path):
 
 
 def _head_lines(head: bytes) -> list[bytes]:
-    return [ln for ln in head.split(b"\n")[:SNIFF_LINES] if ln.strip()]
+    """The complete non-empty lines at the start of a file (a cut-off last line is left out)."""
+    lines = head.split(b"\n")
+    if len(head) == HEAD and len(lines) > 1:
+        lines.pop()
+    return [ln for ln in lines[:SNIFF_LINES] if ln.strip()]
 
 
-def iter_lines(f, start: int, chunk_size: int = 1 << 22) -> Iterator[tuple[int, bytes | None, int, bool]]:
-    """(offset, line or None when longer than MAX_LINE, length, newline-terminated) from `start`."""
+def iter_lines(f, start: int, max_line: int = MAX_LINE,
+               chunk_size: int = 1 << 22) -> Iterator[tuple[int, bytes | None, int, bool]]:
+    """(offset, line or None when longer than max_line, length, newline-terminated) from `start`."""
     offset = start
     pending = b""
     too_long = 0  # bytes of an over-long line skipped so far
@@ -112,12 +119,12 @@ def iter_lines(f, start: int, chunk_size: int = 1 << 22) -> Iterator[tuple[int, 
         lines = data.split(b"\n")
         pending = lines.pop()
         for line in lines:
-            if len(line) > MAX_LINE:
+            if len(line) > max_line:
                 yield offset, None, len(line), True
             else:
                 yield offset, line, len(line), True
             offset += len(line) + 1
-        if len(pending) > MAX_LINE:
+        if len(pending) > max_line:
             too_long = len(pending)
             pending = b""
     if too_long:
@@ -200,10 +207,11 @@ class Ingester:
         batch = BatchBuilder(module.NAME, origin.origin_id)
         line_no = origin.lines
         consumed = origin.consumed
-        for offset, line, length, terminated in iter_lines(f, origin.consumed):
+        max_line = getattr(module, "MAX_LINE", MAX_LINE)
+        for offset, line, length, terminated in iter_lines(f, origin.consumed, max_line):
             line_no += 1
             if line is None:
-                batch.quarantine(str(path), offset, line_no, f"line of {length} bytes is over the {MAX_LINE}-byte limit", b"")
+                batch.quarantine(str(path), offset, line_no, f"line of {length} bytes is over the {max_line}-byte limit", b"")
             elif line.strip():
                 try:
                     records = parser.parse(line)

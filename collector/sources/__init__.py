@@ -5,6 +5,7 @@ and naming it in SOURCES; nothing else changes.
 A module provides:
     NAME: str                                   stored as the records' `source`
     sniff(path: str, head: list[bytes]) -> bool  head: the file's first non-empty lines
+    MAX_LINE: int (optional)                     longest line read, in bytes (default 1 MiB)
     LineParser(path: str)                        one per file: .parse(line) -> list[Record],
                                                  raising Unparseable(reason) for a bad line;
                                                  .worker / .role: identity learned for the file

@@ -22,6 +22,8 @@ from ..records import Record
 from .parsing import Unparseable, load_object
 
 NAME = "otlp_json"
+# One line is one export batch: thousands of spans. The OTLP/HTTP spec recommends accepting 20 MiB.
+MAX_LINE = 64 << 20
 ENTRY_ROLES = {"router", "frontend", "agg", "proxy"}
 
 _SPAN_KINDS = {0: "unspecified", 1: "internal", 2: "server", 3: "client", 4: "producer", 5: "consumer"}
