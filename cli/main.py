@@ -87,6 +87,36 @@ def lookup(
 
 
 @app.command()
+def requests(
+    db: Optional[str] = DbOption,
+    as_json: bool = JsonOption,
+    slowest: bool = typer.Option(False, "--slowest", help="Slowest first (default: newest first)."),
+    errors: bool = typer.Option(False, "--errors", help="Only requests that failed or were cut short."),
+    worker: Optional[str] = typer.Option(None, help="Only requests a worker whose name contains this recorded."),
+    route: Optional[str] = typer.Option(None, help="Only requests whose route or endpoint contains this."),
+    since: Optional[str] = typer.Option(None, help="Only requests that started at or after: ISO time, or 30m, 2h, 1d ago."),
+    until: Optional[str] = typer.Option(None, help="Only requests that started at or before: ISO time, or 30m, 2h, 1d ago."),
+    limit: int = typer.Option(20, help="How many to list."),
+):
+    """List requests: newest or slowest first, errors only, by worker, by route, in a time window."""
+    from tracejoin.collector.request_list import RequestFilter, list_requests
+    from tracejoin.cli import render
+
+    wanted = RequestFilter(
+        slowest=slowest, errors=errors, worker=worker, route=route,
+        since_ns=_time_arg(since, "--since"), until_ns=_time_arg(until, "--until"), limit=limit,
+    )
+    with _open(db, read_only=True) as store:
+        rows = list_requests(store, wanted)
+    if as_json:
+        render.print_json(rows)
+    else:
+        render.request_table(rows)
+    if not rows:
+        raise Failure("no requests match", 1)
+
+
+@app.command()
 def quarantine(db: Optional[str] = DbOption, as_json: bool = JsonOption, limit: int = typer.Option(50, help="Rows.")):
     """List lines that could not be read, with their file, line, byte offset and reason."""
     from tracejoin.cli import render
@@ -111,6 +141,23 @@ def demo(
         run_demo.dynamo_sample(store, folder)
 
 
+@app.command()
+def proxy(
+    upstream: str = typer.Option(..., help="The server to forward to, e.g. http://127.0.0.1:8000"),
+    listen: str = typer.Option("127.0.0.1:8080", help="HOST:PORT to serve on."),
+    log: Optional[str] = typer.Option(None, help="JSON lines file for the records (default: $TRACEJOIN_LOG, else stderr)"),
+    otlp: Optional[str] = typer.Option(None, help="OTLP/HTTP endpoint for the spans, e.g. http://127.0.0.1:4318"),
+):
+    """Forward every request to UPSTREAM, streaming, and record each one: its reply id, its trace, what
+    the upstream revealed (docs/middleware.md). Runs until interrupted."""
+    from tracejoin.middleware.proxy import serve_proxy
+
+    try:
+        serve_proxy(upstream, listen, log, otlp)
+    except ValueError as e:
+        raise Failure(str(e)) from None
+
+
 def _time_arg(text: Optional[str], option: str) -> Optional[int]:
     if text is None:
         return None
@@ -131,15 +178,14 @@ def run() -> None:
     except (typer.Abort, KeyboardInterrupt):
         print("trace-join: interrupted", file=sys.stderr)
         sys.exit(130)
-    except Exception as e:  # a bug or an environment problem; still one line unless debugging
-        import click
-
-        if isinstance(e, click.ClickException):
-            e.show()
+    except Exception as e:  # noqa: BLE001 - a usage error, a bug or an environment problem: one line
+        if hasattr(e, "format_message") and hasattr(e, "exit_code"):  # click's usage errors, via typer
+            print(f"trace-join: {e.format_message()} (see trace-join --help)", file=sys.stderr)
             sys.exit(e.exit_code)
         if os.environ.get("TRACEJOIN_DEBUG"):
             raise
-        print(f"trace-join: error: {type(e).__name__}: {e} (TRACEJOIN_DEBUG=1 shows where)", file=sys.stderr)
+        first_line = (str(e).splitlines() or [""])[0]
+        print(f"trace-join: error: {type(e).__name__}: {first_line} (TRACEJOIN_DEBUG=1 shows where)", file=sys.stderr)
         sys.exit(2)
     sys.exit(code if isinstance(code, int) else 0)
 

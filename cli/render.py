@@ -94,6 +94,31 @@ def table_of_rows(rows: list[dict], as_json: bool, title: str) -> None:
     Console().print(table)
 
 
+def request_table(rows: list[dict]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    if not rows:
+        return
+    table = Table("start (UTC)", "ms", "ttft ms", "status", "route", "entry", "workers", "id",
+                  box=None, padding=(0, 1))
+    for r in rows:
+        status = r["http_status"] or ("error" if r["error"] else "")
+        if r["disconnected"]:
+            status += " (client left)"
+        ids = r["reply_ids"] or r["internal_ids"] or r["disagg_request_ids"] or r["x_request_ids"]
+        table.add_row(
+            (r["start"] or "")[:23], _ms(r["duration_ms"]), _ms(r["ttft_ms"]), status,
+            r["route"] or r["endpoint"] or "", r["entry_worker"] or "", str(len(r["workers"])),
+            ids[0] if ids else str(r["request_id"]),
+        )
+    Console(highlight=False, width=None if sys.stdout.isatty() else 220).print(table)
+
+
+def _ms(value) -> str:
+    return "" if value is None else f"{value:.1f}"
+
+
 def lookup_text(result: dict) -> None:
     from rich.console import Console
     from rich.table import Table

@@ -104,7 +104,7 @@ def _request_json(store: Store, graph: IdGraph, request) -> dict:
     ids[ENGINE_REQUEST_ID] = engine
 
     rows = _record_rows(store, sorted(request.record_ids))
-    _name_workers(store, rows)
+    _name_workers(rows)
     records = []
     workers: dict[str, dict] = {}
     for row in rows:
@@ -127,9 +127,9 @@ def _request_json(store: Store, graph: IdGraph, request) -> dict:
 def _record_rows(store: Store, record_ids: list[int]) -> list[dict]:
     marks = ",".join("?" * len(record_ids))
     cur = store.con.execute(
-        f"""SELECT r.record_id, r.time_ns, r.source, r.kind, coalesce(r.worker, o.worker) AS worker,
-                   coalesce(r.role, o.role) AS role, r.level, r.name, r.duration_ns, r.status, r.attrs
-            FROM records r JOIN origins o USING (origin_id)
+        f"""SELECT r.record_id, r.time_ns, r.source, r.kind, w.worker, w.role, r.level, r.name,
+                   r.duration_ns, r.status, r.attrs
+            FROM records r JOIN record_workers w USING (record_id)
             WHERE r.record_id IN ({marks})
             ORDER BY r.time_ns NULLS LAST, r.origin_id, r."offset", r.seq""",
         record_ids,
@@ -141,34 +141,20 @@ def _record_rows(store: Store, record_ids: list[int]) -> list[dict]:
     return rows
 
 
-def _name_workers(store: Store, rows: list[dict]) -> None:
-    """Settle each record's worker and role where its own source could not.
-
-    - Dynamo serves decode and aggregated workers as one component (`backend`); the frontend names
-      which instance did prefill and which did decode (table worker_roles, filled at ingest).
-    - A record whose source names no process (Dynamo request-trace rows), or only a service
-      (Dynamo's OTLP log records carry no instance id), gets the full identity another source gave
-      the one worker of that role in this request.
-    """
-    unsettled = {r["worker"].rsplit(":", 1)[-1] for r in rows if r["role"] == "worker" and r["worker"]}
-    if unsettled:
-        marks = ",".join("?" * len(unsettled))
-        roles = dict(store.con.execute(
-            f"SELECT instance_id, role FROM worker_roles WHERE instance_id IN ({marks})", list(unsettled)
-        ).fetchall())
-        for r in rows:
-            if r["role"] == "worker" and r["worker"]:
-                r["role"] = roles.get(r["worker"].rsplit(":", 1)[-1], "worker")
+def _name_workers(rows: list[dict]) -> None:
+    """A record whose source names no process (Dynamo request-trace rows) or only a service
+    (Dynamo's OTLP log records carry no instance id) is shown under the one worker of its role
+    that another source named in full in this request."""
     named_by_role: dict[str, set[str]] = {}
     for r in rows:
-        if not _bare_name(r["worker"]):
+        if not is_bare_name(r["worker"]):
             named_by_role.setdefault(r["role"], set()).add(r["worker"])
     for r in rows:
-        if _bare_name(r["worker"]) and len(named_by_role.get(r["role"], ())) == 1:
+        if is_bare_name(r["worker"]) and len(named_by_role.get(r["role"], ())) == 1:
             r["worker"] = next(iter(named_by_role[r["role"]]))
 
 
-def _bare_name(worker: str | None) -> bool:
+def is_bare_name(worker: str | None) -> bool:
     """No name, or one with no host, port, pid or instance in it: only a service name."""
     return worker is None or (":" not in worker and "@" not in worker)
 

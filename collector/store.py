@@ -73,6 +73,17 @@ CREATE TABLE IF NOT EXISTS worker_roles (
     role        VARCHAR NOT NULL
 );
 
+-- Each record's worker and role, settled: the file's identity where the record names none, and
+-- the role the entry server gave a worker whose own records only say `worker`.
+CREATE OR REPLACE VIEW record_workers AS
+SELECT r.record_id,
+       coalesce(r.worker, o.worker) AS worker,
+       CASE WHEN coalesce(r.role, o.role) = 'worker' THEN coalesce(wr.role, 'worker')
+            ELSE coalesce(r.role, o.role) END AS role
+FROM records r
+JOIN origins o USING (origin_id)
+LEFT JOIN worker_roles wr ON wr.instance_id = regexp_extract(coalesce(r.worker, o.worker), '[^:]+$');
+
 CREATE TABLE IF NOT EXISTS quarantine (
     origin_id INTEGER NOT NULL,
     path      VARCHAR NOT NULL,

@@ -1,0 +1,61 @@
+"""`requests`: list and filter the store's requests (built by requests.py)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .requests import build_requests
+from .store import Store
+from .times import ns_to_iso
+
+_COLUMNS = (
+    "request_id", "start_ns", "duration_ms", "ttft_ms", "queue_ms", "kv_transfer_ms", "http_status", "error",
+    "disconnected", "route", "endpoint", "entry_worker", "workers", "roles", "reply_ids", "internal_ids",
+    "x_request_ids", "disagg_request_ids", "trace_ids", "records", "collided",
+)
+
+
+@dataclass
+class RequestFilter:
+    slowest: bool = False
+    errors: bool = False
+    worker: str | None = None
+    route: str | None = None
+    since_ns: int | None = None
+    until_ns: int | None = None
+    limit: int = 20
+
+
+def list_requests(store: Store, wanted: RequestFilter) -> list[dict]:
+    """Requests that started at an entry server (a router, frontend or proxy), filtered."""
+    build_requests(store)
+    where, params = ["has_entry"], []
+    if wanted.errors:
+        where.append("(error OR coalesce(disconnected, false))")
+    if wanted.worker:
+        where.append("contains(array_to_string(workers, ' '), ?)")
+        params.append(wanted.worker)
+    if wanted.route:
+        where.append("(contains(coalesce(route, ''), ?) OR contains(coalesce(endpoint, ''), ?))")
+        params += [wanted.route, wanted.route]
+    if wanted.since_ns is not None:
+        where.append("start_ns >= ?")
+        params.append(wanted.since_ns)
+    if wanted.until_ns is not None:
+        where.append("start_ns <= ?")
+        params.append(wanted.until_ns)
+    order = "duration_ms DESC NULLS LAST" if wanted.slowest else "start_ns DESC"
+    cur = store.con.execute(
+        f"SELECT {', '.join(_COLUMNS)} FROM request_summary WHERE {' AND '.join(where)} "
+        f"ORDER BY {order}, request_id LIMIT ?",
+        [*params, wanted.limit],
+    )
+    rows = []
+    for values in cur.fetchall():
+        row = dict(zip(_COLUMNS, values))
+        row["start"] = ns_to_iso(row.pop("start_ns")) if row["start_ns"] is not None else None
+        for key in ("workers", "roles", "reply_ids", "internal_ids", "x_request_ids", "disagg_request_ids", "trace_ids"):
+            row[key] = row[key] or []
+        row["disconnected"] = bool(row["disconnected"])
+        rows.append(row)
+    return rows

@@ -1,0 +1,147 @@
+"""Every request in the store at once: the id graph's connected components, computed in DuckDB.
+
+`lookup` walks the graph from one id (graph.py); listing requests, coverage and dashboards need
+all of them, so this module labels every record with its request by label propagation over the
+same edges (keys, span tree), in SQL, and summarizes each request in one row of `requests`.
+The rules are graph.py's, with one simplification: a collided key joins records only within each
+trace, and records that carry it with no trace stay apart (lookup shows them as ambiguous).
+
+The result lives in temporary tables of the connection that built it (`request_members`,
+`request_summary`), so commands on a read-only store can build it as well.
+"""
+
+from __future__ import annotations
+
+from .graph import SERVING_ROLES
+from .store import Store
+
+_KEY_FILTER = """(i.kind IN ('reply_id', 'internal_id', 'disagg_request_id')
+                 OR (i.kind IN ('engine_request_id', 'ctx_request_id') AND i.scope IS NOT NULL))"""
+_SERVING_ROLES_SQL = ", ".join(f"'{r}'" for r in sorted(SERVING_ROLES))
+
+BUILD = f"""
+-- Keys carried by requests that started separately (graph.py: collisions).
+CREATE OR REPLACE TEMP TABLE collided AS
+WITH entries AS (
+    SELECT i.kind, i.value, i.scope, r.trace_id, r.span_id, r.parent_span_id
+    FROM record_ids i JOIN records r USING (record_id)
+    WHERE r.entry AND {_KEY_FILTER}
+), siblings AS (  -- one trace, one parent, several spans: requests a client made under one span
+    SELECT kind, value, scope FROM entries WHERE trace_id IS NOT NULL
+    GROUP BY kind, value, scope, trace_id, parent_span_id HAVING count(DISTINCT span_id) > 1
+)
+SELECT kind, value, scope FROM entries GROUP BY kind, value, scope HAVING count(DISTINCT trace_id) > 1
+UNION SELECT * FROM siblings;
+
+CREATE OR REPLACE TEMP TABLE edges AS
+WITH keyed AS (
+    SELECT i.record_id, i.kind, i.value, i.scope, r.trace_id,
+           c.kind IS NOT NULL AS is_collided
+    FROM record_ids i JOIN records r USING (record_id)
+    LEFT JOIN collided c ON c.kind = i.kind AND c.value = i.value AND c.scope IS NOT DISTINCT FROM i.scope
+    WHERE {_KEY_FILTER}
+), grouped AS (
+    SELECT record_id,
+           min(record_id) OVER (PARTITION BY kind, value, scope, CASE WHEN is_collided THEN trace_id END) AS other
+    FROM keyed WHERE NOT is_collided OR trace_id IS NOT NULL
+), spans AS (
+    SELECT record_id, min(record_id) OVER (PARTITION BY value) AS other FROM record_ids WHERE kind = 'span'
+), parents AS (  -- a child span joins its parent's request when a serving process recorded the parent
+    SELECT child.record_id, owner.record_id AS other
+    FROM record_ids child
+    JOIN record_ids owner ON owner.kind = 'span' AND owner.value = child.value
+    JOIN record_workers rw ON rw.record_id = owner.record_id
+    WHERE child.kind = 'parent_span' AND rw.role IN ({_SERVING_ROLES_SQL})
+)
+SELECT record_id AS a, other AS b FROM grouped WHERE record_id <> other
+UNION ALL SELECT record_id, other FROM spans WHERE record_id <> other
+UNION ALL SELECT record_id, other FROM parents;
+
+CREATE OR REPLACE TEMP TABLE labels AS SELECT record_id, record_id AS label FROM records;
+"""
+
+PROPAGATE = """
+CREATE OR REPLACE TEMP TABLE next_labels AS
+WITH e AS (SELECT a, b FROM edges UNION ALL SELECT b, a FROM edges),
+     m AS (SELECT e.a AS record_id, min(l.label) AS label FROM e JOIN labels l ON l.record_id = e.b GROUP BY e.a)
+SELECT l.record_id, least(l.label, coalesce(m.label, l.label)) AS label FROM labels l LEFT JOIN m USING (record_id);
+"""
+
+SUMMARIZE = """
+CREATE OR REPLACE TEMP TABLE request_members AS SELECT record_id, label AS request_id FROM labels;
+
+CREATE OR REPLACE TEMP TABLE request_summary AS
+WITH r AS (
+    SELECT m.request_id, rec.*, rw.worker AS w, rw.role AS ro,
+           rw.worker IS NULL OR NOT regexp_matches(rw.worker, '[:@]') AS bare  -- lookup.is_bare_name
+    FROM request_members m JOIN records rec USING (record_id) JOIN record_workers rw USING (record_id)
+), entry AS (
+    SELECT request_id, arg_min(w, time_ns) AS entry_worker, arg_min(ro, time_ns) AS entry_role,
+           arg_min(attrs, time_ns) AS entry_attrs
+    FROM r WHERE entry GROUP BY request_id
+), ids AS (
+    SELECT m.request_id,
+           list(DISTINCT i.value ORDER BY i.value) FILTER (WHERE i.kind = 'reply_id') AS reply_ids,
+           list(DISTINCT i.value ORDER BY i.value) FILTER (WHERE i.kind = 'internal_id') AS internal_ids,
+           list(DISTINCT i.value ORDER BY i.value) FILTER (WHERE i.kind = 'x_request_id') AS x_request_ids,
+           list(DISTINCT i.value ORDER BY i.value) FILTER (WHERE i.kind = 'disagg_request_id') AS disagg_request_ids,
+           list(DISTINCT i.value ORDER BY i.value) FILTER (WHERE i.kind = 'trace_id') AS trace_ids,
+           bool_or(c.kind IS NOT NULL) AS collided
+    FROM request_members m JOIN record_ids i USING (record_id)
+    LEFT JOIN collided c ON c.kind = i.kind AND c.value = i.value AND c.scope IS NOT DISTINCT FROM i.scope
+    GROUP BY m.request_id
+), summary AS (
+    SELECT
+        r.request_id,
+        min(r.time_ns) AS start_ns,
+        max(r.time_ns + CASE WHEN r.kind = 'span' THEN coalesce(r.duration_ns, 0) ELSE 0 END) AS end_ns,
+        count(*) AS records,
+        any_value(e.entry_worker) AS entry_worker,
+        any_value(e.entry_role) AS entry_role,
+        coalesce(any_value(e.entry_attrs->>'route'), any_value(e.entry_attrs->>'uri'),
+                 any_value(e.entry_attrs->>'url.path')) AS route,
+        any_value(e.entry_attrs->>'endpoint') AS endpoint,
+        -- The HTTP status the client got: the entry tier's own end record, else any.
+        coalesce(
+            max(r.status) FILTER (WHERE r.name IN ('request.end', 'http response sent') AND r.ro = e.entry_role),
+            max(r.status) FILTER (WHERE r.name IN ('request.end', 'http response sent'))) AS http_status,
+        bool_or(upper(coalesce(r.level, '')) IN ('ERROR', 'CRITICAL', 'FATAL') OR r.status = 'error'
+                OR (regexp_matches(coalesce(r.status, ''), '^[0-9]{3}$') AND r.status >= '500')) AS error,
+        bool_or((r.attrs->>'disconnected') = 'true' OR r.status = 'cancelled') AS disconnected,
+        coalesce(
+            max(r.duration_ns) FILTER (WHERE r.entry OR r.name IN ('request.end', 'request completed')) / 1e6,
+            (max(r.time_ns) - min(r.time_ns)) / 1e6) AS duration_ms,
+        coalesce(max(TRY_CAST(r.attrs->>'ttft_ms' AS DOUBLE)),
+                 max(TRY_CAST(r.attrs->>'ttfb_ms' AS DOUBLE))) AS ttft_ms,
+        max(TRY_CAST(r.attrs->>'queue_ms' AS DOUBLE)) AS queue_ms,
+        max(TRY_CAST(r.attrs->>'kv_transfer_ms' AS DOUBLE)) AS kv_transfer_ms,
+        -- Workers named in full; a request only bare names reach is listed under those.
+        coalesce(list(DISTINCT r.w ORDER BY r.w) FILTER (WHERE NOT r.bare),
+                 list(DISTINCT r.w ORDER BY r.w) FILTER (WHERE r.w IS NOT NULL)) AS workers,
+        list(DISTINCT r.ro ORDER BY r.ro) FILTER (WHERE r.ro IS NOT NULL) AS roles,
+        list(DISTINCT r.source ORDER BY r.source) AS sources
+    FROM r LEFT JOIN entry e USING (request_id)
+    GROUP BY r.request_id
+)
+SELECT s.*, s.entry_worker IS NOT NULL AS has_entry, i.reply_ids, i.internal_ids, i.x_request_ids,
+       i.disagg_request_ids, i.trace_ids, coalesce(i.collided, false) AS collided
+FROM summary s LEFT JOIN ids i USING (request_id);
+"""
+
+MAX_ROUNDS = 50
+
+
+def build_requests(store: Store) -> None:
+    """Label every record with its request (temp table `request_members`) and summarize each
+    request (temp table `request_summary`), in this connection; read-only connections can too."""
+    con = store.con
+    con.execute(BUILD)
+    for _ in range(MAX_ROUNDS):
+        con.execute(PROPAGATE)
+        changed = con.execute(
+            "SELECT count(*) FROM labels l JOIN next_labels n USING (record_id) WHERE l.label <> n.label"
+        ).fetchone()[0]
+        con.execute("DROP TABLE labels; ALTER TABLE next_labels RENAME TO labels")
+        if not changed:
+            break
+    con.execute(SUMMARIZE)
