@@ -117,6 +117,20 @@ def requests(
 
 
 @app.command()
+def coverage(db: Optional[str] = DbOption, as_json: bool = JsonOption):
+    """How many replies join to their workers' records; engine-side records no reply reaches."""
+    from tracejoin.collector.coverage import coverage as measure
+    from tracejoin.cli import render
+
+    with _open(db, read_only=True) as store:
+        result = measure(store)
+    if as_json:
+        render.print_json(result)
+    else:
+        render.coverage_text(result)
+
+
+@app.command()
 def quarantine(db: Optional[str] = DbOption, as_json: bool = JsonOption, limit: int = typer.Option(50, help="Rows.")):
     """List lines that could not be read, with their file, line, byte offset and reason."""
     from tracejoin.cli import render

@@ -115,6 +115,34 @@ def request_table(rows: list[dict]) -> None:
     Console(highlight=False, width=None if sys.stdout.isatty() else 220).print(table)
 
 
+def coverage_text(result: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(highlight=False, width=None if sys.stdout.isatty() else 220)
+    joined, replies = result["joined"], result["replies"]
+
+    def share(n: int) -> str:
+        return f"{n} ({100 * n / replies:.0f}%)" if replies else str(n)
+
+    console.print(f"replies seen: {replies}")
+    console.print(f"  joined to both workers (context and generation): {share(joined['both_workers'])}")
+    console.print(f"  joined to one of the two:                        {share(joined['one_worker'])}")
+    console.print(f"  joined to their aggregated worker:               {share(joined['aggregated_worker'])}")
+    console.print(f"  joined to no worker's records:                   {share(joined['no_worker'])}")
+    console.print(f"  carrying a collided id:                          {share(result['collided_replies'])}")
+    orphans = result["orphans"]
+    console.print(f"orphans: {orphans['records']} engine-side records in {orphans['requests']} groups no reply reaches")
+    sources = Table("source", "records", "in replies", "orphan records", box=None, padding=(0, 2))
+    for name, s in result["by_source"].items():
+        sources.add_row(name, str(s["records"]), str(s["in_replies"]), str(s["orphan_records"]))
+    console.print(sources)
+    workers = Table("worker", "role", "replies", "records", "orphan records", box=None, padding=(0, 2))
+    for w in result["by_worker"]:
+        workers.add_row(w["worker"], w["role"] or "", str(w["replies"]), str(w["records"]), str(w["orphan_records"]))
+    console.print(workers)
+
+
 def _ms(value) -> str:
     return "" if value is None else f"{value:.1f}"
 

@@ -70,11 +70,26 @@ SELECT l.record_id, least(l.label, coalesce(m.label, l.label)) AS label FROM lab
 SUMMARIZE = """
 CREATE OR REPLACE TEMP TABLE request_members AS SELECT record_id, label AS request_id FROM labels;
 
+-- Each record's worker within its request: a record whose source names no process, or only a
+-- service, is put under the one worker of its role named in full in the request (the rule of
+-- lookup._name_workers, for all requests at once).
+CREATE OR REPLACE TEMP TABLE request_workers AS
+WITH w AS (
+    SELECT m.record_id, m.request_id, rw.worker, rw.role,
+           rw.worker IS NULL OR NOT regexp_matches(rw.worker, '[:@]') AS bare
+    FROM request_members m JOIN record_workers rw USING (record_id)
+), named AS (
+    SELECT request_id, role, min(worker) AS worker FROM w WHERE NOT bare
+    GROUP BY request_id, role HAVING count(DISTINCT worker) = 1
+)
+SELECT w.record_id, w.request_id, CASE WHEN w.bare THEN coalesce(n.worker, w.worker) ELSE w.worker END AS worker,
+       w.role, w.bare AND n.worker IS NULL AS bare
+FROM w LEFT JOIN named n ON n.request_id = w.request_id AND n.role IS NOT DISTINCT FROM w.role;
+
 CREATE OR REPLACE TEMP TABLE request_summary AS
 WITH r AS (
-    SELECT m.request_id, rec.*, rw.worker AS w, rw.role AS ro,
-           rw.worker IS NULL OR NOT regexp_matches(rw.worker, '[:@]') AS bare  -- lookup.is_bare_name
-    FROM request_members m JOIN records rec USING (record_id) JOIN record_workers rw USING (record_id)
+    SELECT rw.request_id, rec.*, rw.worker AS w, rw.role AS ro, rw.bare
+    FROM request_workers rw JOIN records rec USING (record_id)
 ), entry AS (
     SELECT request_id, arg_min(w, time_ns) AS entry_worker, arg_min(ro, time_ns) AS entry_role,
            arg_min(attrs, time_ns) AS entry_attrs
@@ -86,7 +101,9 @@ WITH r AS (
            list(DISTINCT i.value ORDER BY i.value) FILTER (WHERE i.kind = 'x_request_id') AS x_request_ids,
            list(DISTINCT i.value ORDER BY i.value) FILTER (WHERE i.kind = 'disagg_request_id') AS disagg_request_ids,
            list(DISTINCT i.value ORDER BY i.value) FILTER (WHERE i.kind = 'trace_id') AS trace_ids,
-           bool_or(c.kind IS NOT NULL) AS collided
+           bool_or(c.kind IS NOT NULL) AS collided,
+           -- Anything that names a request (startup and background lines carry none of these).
+           bool_or(i.kind NOT IN ('span', 'parent_span', 'trace_id')) AS names_a_request
     FROM request_members m JOIN record_ids i USING (record_id)
     LEFT JOIN collided c ON c.kind = i.kind AND c.value = i.value AND c.scope IS NOT DISTINCT FROM i.scope
     GROUP BY m.request_id
@@ -124,7 +141,8 @@ WITH r AS (
     GROUP BY r.request_id
 )
 SELECT s.*, s.entry_worker IS NOT NULL AS has_entry, i.reply_ids, i.internal_ids, i.x_request_ids,
-       i.disagg_request_ids, i.trace_ids, coalesce(i.collided, false) AS collided
+       i.disagg_request_ids, i.trace_ids, coalesce(i.collided, false) AS collided,
+       coalesce(i.names_a_request, false) AS names_a_request
 FROM summary s LEFT JOIN ids i USING (request_id);
 """
 

@@ -1,0 +1,71 @@
+"""`coverage`: how many replies join to the engine-side records of their workers, and which
+engine-side records no reply reaches (orphans), per source and per worker.
+
+A reply is a request that reached an entry server (router, frontend, proxy). In a disaggregated
+deployment it is fully joined when records of both its context/prefill and its generation/decode
+worker join it; an aggregated one when records of its worker do.
+"""
+
+from __future__ import annotations
+
+from .requests import build_requests
+from .store import Store
+
+FIRST_PHASE = ("ctx", "prefill")
+SECOND_PHASE = ("gen", "decode")
+WORKER_ROLES = (*FIRST_PHASE, *SECOND_PHASE, "agg", "worker")
+
+_SQL = f"""
+CREATE OR REPLACE TEMP TABLE coverage_requests AS
+SELECT request_id, has_entry, collided, entry_worker, names_a_request,
+       list_has_any(roles, {list(FIRST_PHASE)}) AS first_phase,
+       list_has_any(roles, {list(SECOND_PHASE)}) AS second_phase,
+       list_has_any(roles, ['agg', 'worker']) AS aggregated,
+       list_has_any(roles, {list(WORKER_ROLES)}) AS engine_side,
+       -- An orphan: a worker's records about a request that no reply reaches.
+       NOT has_entry AND names_a_request AND list_has_any(roles, {list(WORKER_ROLES)}) AS orphan
+FROM request_summary
+"""
+
+
+def coverage(store: Store) -> dict:
+    build_requests(store)
+    con = store.con
+    con.execute(_SQL)
+    replies, both, one, aggregated, none_, collided = con.execute("""
+        SELECT count(*),
+               count(*) FILTER (WHERE first_phase AND second_phase),
+               count(*) FILTER (WHERE first_phase <> second_phase),
+               count(*) FILTER (WHERE aggregated AND NOT first_phase AND NOT second_phase),
+               count(*) FILTER (WHERE NOT engine_side),
+               count(*) FILTER (WHERE collided)
+        FROM coverage_requests WHERE has_entry""").fetchone()
+    orphans, orphan_records = con.execute("""
+        SELECT count(DISTINCT c.request_id), count(*)
+        FROM coverage_requests c JOIN request_members m USING (request_id)
+        WHERE c.orphan""").fetchone()
+    by_source = {
+        source: {"records": records, "in_replies": in_replies, "orphan_records": orphaned}
+        for source, records, in_replies, orphaned in con.execute("""
+            SELECT r.source, count(*), count(*) FILTER (WHERE c.has_entry),
+                   count(*) FILTER (WHERE c.orphan)
+            FROM records r JOIN request_members m USING (record_id) JOIN coverage_requests c USING (request_id)
+            GROUP BY r.source ORDER BY r.source""").fetchall()
+    }
+    by_worker = [
+        {"worker": worker, "role": role, "replies": replies_w, "records": records, "orphan_records": orphaned}
+        for worker, role, replies_w, records, orphaned in con.execute("""
+            SELECT w.worker, any_value(w.role), count(DISTINCT w.request_id) FILTER (WHERE c.has_entry),
+                   count(*), count(*) FILTER (WHERE c.orphan)
+            FROM request_workers w JOIN coverage_requests c USING (request_id)
+            WHERE w.worker IS NOT NULL
+            GROUP BY w.worker ORDER BY w.worker""").fetchall()
+    ]
+    return {
+        "replies": replies,
+        "joined": {"both_workers": both, "one_worker": one, "aggregated_worker": aggregated, "no_worker": none_},
+        "collided_replies": collided,
+        "orphans": {"requests": orphans, "records": orphan_records},
+        "by_source": by_source,
+        "by_worker": by_worker,
+    }
