@@ -191,8 +191,9 @@ class LineParser:
         service = attrs.get("service.name")
         role = attrs.get("tracejoin.role") or _role_of_service(service)
         host, pid = attrs.get("host.name"), attrs.get("process.pid")
-        # host and pid say more to a reader than the random UUID the SDK puts in service.instance.id.
-        worker = f"{service}@{host}:{pid}" if host and pid else attrs.get("service.instance.id")
+        # host:pid names the process as TensorRT-LLM's perf-metrics files do, so engine ids scoped
+        # by either source match; it also says more than the SDK's random service.instance.id.
+        worker = f"{host}:{pid}" if host and pid else attrs.get("service.instance.id")
         if worker is None:
             # A Dynamo worker names its discovery instance on its handle_payload spans.
             for item in items:

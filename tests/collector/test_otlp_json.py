@@ -60,7 +60,7 @@ def test_engine_id_7_on_two_workers_is_two_requests(tj, tmp_path, writer):
     assert result["id_kind"] == "engine_request_id"
     assert len(result["requests"]) == 2
     workers = sorted(r["ids"]["engine_request_id"][0]["worker"] for r in result["requests"])
-    assert workers == ["trtllm-gen@gpu-node-1:4242", "trtllm-gen@gpu-node-2:4242"]
+    assert workers == ["gpu-node-1:4242", "gpu-node-2:4242"]
     for request in result["requests"]:
         assert len(request["records"]) == 1
         assert request["ids"]["trace_id"] == [format(s.context.trace_id, "032x")
