@@ -159,7 +159,9 @@ def demo(
 def proxy(
     upstream: str = typer.Option(..., help="The server to forward to, e.g. http://127.0.0.1:8000"),
     listen: str = typer.Option("127.0.0.1:8080", help="HOST:PORT to serve on."),
-    log: Optional[str] = typer.Option(None, help="JSON lines file for the records (default: $TRACEJOIN_LOG, else stderr)"),
+    log: Optional[str] = typer.Option(
+        None, help="JSON lines file for the records (default: $TRACEJOIN_LOG, else stderr)"
+    ),
     otlp: Optional[str] = typer.Option(None, help="OTLP/HTTP endpoint for the spans, e.g. http://127.0.0.1:4318"),
 ):
     """Forward every request to UPSTREAM, streaming, and record each one: its reply id, its trace, what

@@ -1,0 +1,367 @@
+"""TraceJoinMiddleware: names every request a server takes and ties its reply to it.
+
+A pure ASGI middleware (it wraps `receive` and `send`, as Starlette's CORS and GZip middlewares do),
+so it works under Starlette, FastAPI and any ASGI app, and never holds a streamed reply back.
+For each HTTP request it
+
+1. mints an internal id (a UUID; never taken from the client) and keeps the client's `x-request-id`
+   as a label: cleaned (clean_label), echoed on the response, never used as an id;
+2. warns once per deprecated id header (`x-dynamo-request-id`, `request-id`) it ignores;
+3. continues the caller's W3C trace and opens one SERVER span, current while the app runs;
+4. binds the ids into structlog's contextvars and writes `request.start`;
+5. on `POST …/responses`, refuses with 409 a body `request_id` that another request in flight
+   holds (the app keys its state on it), and frees it when that request ends or its client leaves;
+6. watches the reply go by: status, the reply id (JSON body `id`, or the first stream event that
+   has one), bytes, time to first byte, and the client leaving early;
+7. ends the span and writes `request.end`, also when the client left mid-stream.
+
+Records: docs/tracejoin-log-schema.md. Headers and setup: docs/middleware.md.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.sdk.trace import SpanProcessor
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from .ids import (
+    DEPRECATED_ID_HEADERS, DISAGG_REQUEST_ID_HEADER, ENGINE_REQUEST_ID_HEADER, X_REQUEST_ID, ReplyIdScanner,
+    clean_label, parse_json,
+)
+from .logs import configure_structlog, destination, record_logger
+from .request_state import ServedRequest, serving
+from .settings import WORKER_ROLES, Settings, worker_identity
+from .tracing import TRACER_NAME, build_tracer_provider, incoming_trace_context
+
+Message = dict[str, Any]
+
+# What request.end says when the client left before any response was sent (nginx's convention).
+CLIENT_CLOSED_REQUEST = 499
+
+
+class TraceJoinMiddleware:
+    """Add to an ASGI app: `app.add_middleware(TraceJoinMiddleware, role="agg")`.
+
+    Every keyword falls back to its `TRACEJOIN_*` variable (settings.py). `span_processors` are added
+    to the middleware's tracer provider, next to the OTLP exporters the settings ask for.
+    """
+
+    def __init__(
+        self,
+        app: Any,
+        *,
+        service: str | None = None,
+        role: str | None = None,
+        worker: str | None = None,
+        log: str | None = None,
+        otlp_endpoint: str | None = None,
+        otlp_file: str | None = None,
+        span_processors: Iterable[SpanProcessor] = (),
+    ) -> None:
+        self.app = app
+        self.settings = Settings.resolve(
+            service=service, role=role, worker=worker, log=log, otlp_endpoint=otlp_endpoint, otlp_file=otlp_file
+        )
+        self.span_processors = tuple(span_processors)
+        # Opened now, so that a log file that cannot be opened stops the server at startup.
+        self.log_writer = destination(self.settings.log)
+        # Built on the first request: a worker is named after the port it serves on, and only a
+        # request's scope tells the port.
+        self.outputs: Outputs | None = None
+        # Responses `request_id`s held by requests in flight (step 5).
+        self.responses_ids_in_flight: set[str] = set()
+
+    async def __call__(self, scope: Message, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if self.outputs is None:
+            self.outputs = Outputs.build(self.settings, scope, self.span_processors, self.log_writer)
+        await Exchange(self, scope, receive, send).run()
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """Where one serving process's requests are recorded: its name, its tracer, its log."""
+
+    worker: str
+    tracer: trace.Tracer
+    log: Any
+
+    @classmethod
+    def build(
+        cls,
+        settings: Settings,
+        scope: Message,
+        span_processors: Iterable[SpanProcessor],
+        log_writer: structlog.WriteLogger,
+    ) -> Outputs:
+        worker = settings.worker or worker_identity(scope.get("server"))
+        provider = build_tracer_provider(settings, worker, span_processors)
+        if not structlog.is_configured():
+            # So the application's own structlog lines land in the same file, carrying the ids.
+            configure_structlog(settings.service, settings.role, worker, log_writer)
+        return cls(
+            worker=worker,
+            tracer=provider.get_tracer(TRACER_NAME),
+            log=record_logger(settings.service, settings.role, worker, log_writer),
+        )
+
+
+class Exchange:
+    """One request and its response, as they pass through the middleware."""
+
+    def __init__(self, middleware: TraceJoinMiddleware, scope: Message, receive: Any, send: Any) -> None:
+        self.middleware = middleware
+        self.settings = middleware.settings
+        self.outputs: Outputs = middleware.outputs
+        self.scope, self.receive, self.send = scope, receive, send
+        self.headers = _first_values(scope.get("headers", []))
+
+        self.started_at = time.perf_counter()
+        self.first_byte_at: float | None = None
+        self.status: int | None = None
+        self.bytes_sent = 0
+        self.reply = ReplyIdScanner("")  # replaced at the response start, when the content type is known
+        self.response_complete = False
+        self.disconnected = False
+        self.held_responses_id: str | None = None
+
+        method, path = scope["method"], scope["path"]
+        parent = incoming_trace_context({name: value.decode("latin-1") for name, value in self.headers.items()})
+        self.span = self.outputs.tracer.start_span(
+            f"{method} {path}",
+            context=parent,
+            kind=SpanKind.SERVER,
+            attributes={"http.request.method": method, "url.path": path},
+        )
+        raw_x_request_id = self._header(X_REQUEST_ID)
+        x_request_id = clean_label(raw_x_request_id) if raw_x_request_id is not None else ""
+        self.request = ServedRequest(
+            internal_id=str(uuid.uuid4()),
+            x_request_id=x_request_id or None,  # a header that cleans to nothing is no label
+            worker=self.outputs.worker,
+            span=self.span,
+            log=self.outputs.log,
+        )
+        self.span.set_attribute("tracejoin.internal_id", self.request.internal_id)
+        if self.request.x_request_id is not None:
+            # semconv: captured request headers are string arrays
+            self.span.set_attribute("http.request.header.x-request-id", [self.request.x_request_id])
+        forwarded_disagg_id = self._header(DISAGG_REQUEST_ID_HEADER)
+        if self.settings.role in WORKER_ROLES and forwarded_disagg_id:
+            # A worker believes the disagg id its router forwards; an entry server takes no key
+            # from a client.
+            self.request.set_disagg_request_id(clean_label(forwarded_disagg_id))
+        self.caller_span = trace.get_current_span(parent).get_span_context()
+
+    def _header(self, name: str) -> bytes | None:
+        return self.headers.get(name)
+
+    # -- the request's life ------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        log = self.outputs.log
+        attached = otel_context.attach(trace.set_span_in_context(self.span))
+        try:
+            with serving(self.request), structlog.contextvars.bound_contextvars(**self._fields_of_every_line()):
+                log.info("request.start", method=self.scope["method"], route=self.scope["path"])
+                for header in DEPRECATED_ID_HEADERS:
+                    if self._header(header) is not None:
+                        log.warning("request.header_ignored", header=header)
+                try:
+                    await self._serve()
+                except Exception as error:
+                    self.span.record_exception(error)
+                    raise
+                finally:
+                    self._release_responses_id()
+                    self._end()
+        finally:
+            otel_context.detach(attached)
+
+    def _fields_of_every_line(self) -> dict[str, str]:
+        """What every line logged while serving the request carries, the app's lines included."""
+        span_context = self.span.get_span_context()
+        ids = {
+            "service": self.settings.service,
+            "role": self.settings.role,
+            "worker": self.outputs.worker,
+            "internal_id": self.request.internal_id,
+            "trace_id": trace.format_trace_id(span_context.trace_id),
+            "span_id": trace.format_span_id(span_context.span_id),
+        }
+        if self.caller_span.is_valid:
+            ids["parent_span_id"] = trace.format_span_id(self.caller_span.span_id)
+        if self.request.x_request_id is not None:
+            ids["x_request_id"] = self.request.x_request_id
+        if self.request.disagg_request_id is not None:
+            ids["disagg_request_id"] = self.request.disagg_request_id
+        return ids
+
+    async def _serve(self) -> None:
+        receive = self._receive_observed
+        if self.scope["method"] == "POST" and self.scope["path"].rstrip("/").endswith("/responses"):
+            body_messages = await self._read_request_body()
+            receive = _replay(body_messages, receive)
+            responses_id = _responses_request_id(body_messages)
+            if responses_id in self.middleware.responses_ids_in_flight:
+                await self._refuse_duplicate(responses_id)
+                return
+            if responses_id is not None:
+                self.middleware.responses_ids_in_flight.add(responses_id)
+                self.held_responses_id = responses_id
+        await self.middleware.app(self.scope, receive, self._send_observed)
+
+    async def _read_request_body(self) -> list[Message]:
+        messages = []
+        while True:
+            message = await self._receive_observed()
+            messages.append(message)
+            if message["type"] != "http.request" or not message.get("more_body", False):
+                return messages
+
+    async def _refuse_duplicate(self, responses_id: str) -> None:
+        shown = clean_label(responses_id)
+        self.outputs.log.warning("request.request_id_in_use", client_request_id=shown)
+        body = json.dumps(
+            {
+                "error": {
+                    "message": f'request_id "{shown}" is in use by another request in flight; '
+                    "send a different request_id, or retry once that request has finished",
+                    "type": "invalid_request_error",
+                    "param": "request_id",
+                    "code": "request_id_in_use",
+                }
+            }
+        ).encode()
+        await self._send_observed(
+            {
+                "type": "http.response.start",
+                "status": 409,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+            }
+        )
+        await self._send_observed({"type": "http.response.body", "body": body, "more_body": False})
+
+    def _release_responses_id(self) -> None:
+        if self.held_responses_id is not None:
+            self.middleware.responses_ids_in_flight.discard(self.held_responses_id)
+            self.held_responses_id = None
+
+    def _client_left(self) -> None:
+        self.disconnected = True
+        # The app may take a while to notice; the id is free for a new request already.
+        self._release_responses_id()
+
+    def _end(self) -> None:
+        now = time.perf_counter()
+        status = self.status or (CLIENT_CLOSED_REQUEST if self.disconnected else 500)
+        streaming = self.reply.streaming
+        route = getattr(self.scope.get("route"), "path", None)  # the route template, when routed
+        span = self.span
+        span.set_attribute("http.response.status_code", status)
+        span.set_attribute("tracejoin.streaming", streaming)
+        span.set_attribute("tracejoin.disconnected", self.disconnected)
+        if route:
+            span.set_attribute("http.route", route)
+            span.update_name(f"{self.scope['method']} {route}")
+        if status >= 500:
+            span.set_status(Status(StatusCode.ERROR))
+        log_method = self.outputs.log.error if status >= 500 else self.outputs.log.info
+        log_method(
+            "request.end",
+            status=status,
+            duration_ms=_ms(now - self.started_at),
+            ttfb_ms=_ms(self.first_byte_at - self.started_at) if self.first_byte_at is not None else None,
+            bytes=self.bytes_sent,
+            streaming=streaming,
+            disconnected=self.disconnected,
+            **self.request.ids_learned(),
+        )
+        span.end()
+
+    # -- the wire ----------------------------------------------------------------------------------
+
+    async def _receive_observed(self) -> Message:
+        message = await self.receive()
+        if message["type"] == "http.disconnect" and not self.response_complete:
+            self._client_left()
+        return message
+
+    async def _send_observed(self, message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message = self._on_response_start(message)
+        elif message["type"] == "http.response.body":
+            self._on_body(message.get("body", b""), last=not message.get("more_body", False))
+        try:
+            await self.send(message)
+        except OSError:  # ASGI 2.4 servers raise it when the client has gone
+            self._client_left()
+            raise
+        if message["type"] == "http.response.body" and not message.get("more_body", False):
+            self.response_complete = True
+
+    def _on_response_start(self, message: Message) -> Message:
+        self.request.response_started = True
+        self.status = message["status"]
+        headers = list(message.get("headers", []))
+        content_type = next((value for name, value in headers if name.lower() == b"content-type"), b"")
+        self.reply = ReplyIdScanner(content_type.decode("latin-1"))
+        if self.request.x_request_id is not None:
+            # The echo is the cleaned label, whatever the app put there.
+            headers = [(name, value) for name, value in headers if name.lower() != X_REQUEST_ID.encode()]
+            headers.append((X_REQUEST_ID.encode(), self.request.x_request_id.encode()))
+        if self.request.engine_request_id is not None:
+            headers.append((ENGINE_REQUEST_ID_HEADER.encode(), self.request.engine_request_id.encode()))
+        return {**message, "headers": headers}
+
+    def _on_body(self, body: bytes, *, last: bool) -> None:
+        if body and not self.disconnected:
+            if self.first_byte_at is None:
+                self.first_byte_at = time.perf_counter()
+            self.bytes_sent += len(body)
+        if self.request.reply_id is None:
+            self.reply.feed(body, last=last)
+            if self.reply.reply_id:
+                self.request.set_reply_id(self.reply.reply_id)
+
+
+def _first_values(raw_headers: Iterable[tuple[bytes, bytes]]) -> dict[str, bytes]:
+    """Header name (lower case) → its first value."""
+    first: dict[str, bytes] = {}
+    for name, value in raw_headers:
+        first.setdefault(name.decode("latin-1").lower(), value)
+    return first
+
+
+def _replay(messages: list[Message], receive: Any) -> Any:
+    """A receive() that hands out `messages` first, then what the server sends."""
+    pending = list(messages)
+
+    async def replaying_receive() -> Message:
+        if pending:
+            return pending.pop(0)
+        return await receive()
+
+    return replaying_receive
+
+
+def _responses_request_id(body_messages: list[Message]) -> str | None:
+    body = b"".join(message.get("body", b"") for message in body_messages if message["type"] == "http.request")
+    parsed = parse_json(body)  # a body that is not JSON is the app's to answer
+    request_id = parsed.get("request_id") if isinstance(parsed, dict) else None
+    return request_id if isinstance(request_id, str) and request_id else None
+
+
+def _ms(seconds: float) -> float:
+    return round(seconds * 1000, 3)

@@ -1,0 +1,108 @@
+"""The request being served, as the application's code sees it, and the helpers that add ids to it.
+
+TraceJoinMiddleware puts a `ServedRequest` in a context variable for the duration of a request, so
+the application can name the ids it learns (the engine's request id, the disaggregated request id)
+without being handed anything: call the helpers from the request's handler or from code it calls.
+Outside a request the middleware serves they do nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+from opentelemetry.trace import Span
+
+from .ids import ENGINE_REQUEST_ID_HEADER, clean_label
+
+
+@dataclass
+class ServedRequest:
+    internal_id: str  # minted by the middleware, never taken from the client
+    x_request_id: str | None  # the client's label, already cleaned
+    worker: str
+    span: Span
+    log: Any  # the middleware's structlog logger (lifecycle and tap records)
+    response_started: bool = False
+    reply_id: str | None = None
+    disagg_request_id: str | None = None
+    engine_request_id: str | None = None
+    engine_worker: str | None = None
+
+    def set_reply_id(self, reply_id: str) -> None:
+        self.reply_id = reply_id
+        self.span.set_attribute("gen_ai.response.id", reply_id)
+
+    def set_disagg_request_id(self, disagg_request_id: str) -> None:
+        self.disagg_request_id = disagg_request_id
+        self.span.set_attribute("tracejoin.disagg_request_id", disagg_request_id)
+
+    def ids_learned(self) -> dict[str, str]:
+        """The ids that became known while serving, as log fields (schema: "once known")."""
+        learned = {
+            "reply_id": self.reply_id,
+            "disagg_request_id": self.disagg_request_id,
+            "engine_request_id": self.engine_request_id,
+            "engine_worker": self.engine_worker,
+        }
+        return {key: value for key, value in learned.items() if value is not None}
+
+
+_served_request: ContextVar[ServedRequest | None] = ContextVar("tracejoin_served_request", default=None)
+
+
+def current_request() -> ServedRequest | None:
+    """The request TraceJoinMiddleware is serving in this context, if any."""
+    return _served_request.get()
+
+
+def bind_engine_request_id(engine_request_id: int | str, *, engine_worker: str | None = None) -> None:
+    """Name the engine request that serves this request.
+
+    The id goes on the request's span (`tracejoin.engine_request_id`), on `request.end` and on every
+    line logged after this call (`engine_request_id`, `engine_worker`), and out to the client in the
+    `x-engine-request-id` response header. The header leaves with the response start, so call this
+    before the handler returns its response (for a stream: before returning the StreamingResponse,
+    right after submitting the request to the engine). `engine_worker` names the process whose
+    engine issued the id when that is not this one (engine ids restart at 0 in every process).
+    """
+    request = current_request()
+    if request is None:
+        return
+    if request.response_started:
+        # The span and the log still get the id; the header cannot follow any more.
+        request.log.warning("request.engine_request_id_after_response_start", header=ENGINE_REQUEST_ID_HEADER)
+    request.engine_request_id = clean_label(str(engine_request_id))
+    request.engine_worker = engine_worker or request.worker
+    request.span.set_attribute("tracejoin.engine_request_id", request.engine_request_id)
+    request.span.set_attribute("tracejoin.engine_worker", request.engine_worker)
+    structlog.contextvars.bind_contextvars(
+        engine_request_id=request.engine_request_id, engine_worker=request.engine_worker
+    )
+
+
+def bind_disagg_request_id(disagg_request_id: int | str) -> None:
+    """Name the disaggregated request this request is (router) or belongs to (worker).
+
+    Call again when a retried context request gets a new one: the last value is the one on the span
+    and on `request.end`; lines logged in between keep the value they were logged with.
+    """
+    request = current_request()
+    if request is None:
+        return
+    request.set_disagg_request_id(clean_label(str(disagg_request_id)))
+    structlog.contextvars.bind_contextvars(disagg_request_id=request.disagg_request_id)
+
+
+@contextmanager
+def serving(request: ServedRequest) -> Iterator[None]:
+    """Make `request` the current request for the code the middleware runs inside this block."""
+    token = _served_request.set(request)
+    try:
+        yield
+    finally:
+        _served_request.reset(token)
