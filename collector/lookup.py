@@ -105,6 +105,7 @@ def _request_json(store: Store, graph: IdGraph, request) -> dict:
 
     rows = _record_rows(store, sorted(request.record_ids))
     _name_workers(rows)
+    _place_steady_times(rows)
     records = []
     workers: dict[str, dict] = {}
     for row in rows:
@@ -118,6 +119,10 @@ def _request_json(store: Store, graph: IdGraph, request) -> dict:
         }
         if row["record_id"] in request.ambiguous:
             rec["ambiguous"] = True
+        if row.get("anchor"):
+            rec["clock"] = f"steady {row['steady_s']:.6f} s, placed by {row['anchor']}"
+        elif row["time_ns"] is None and row["steady_s"] is not None:
+            rec["clock"] = f"steady {row['steady_s']:.6f} s, no wall-clock anchor in this request"
         records.append(rec)
         w = workers.setdefault(row["worker"] or "?", {"worker": row["worker"], "role": row["role"], "records": 0})
         w["records"] += 1
@@ -127,7 +132,7 @@ def _request_json(store: Store, graph: IdGraph, request) -> dict:
 def _record_rows(store: Store, record_ids: list[int]) -> list[dict]:
     marks = ",".join("?" * len(record_ids))
     cur = store.con.execute(
-        f"""SELECT r.record_id, r.time_ns, r.source, r.kind, w.worker, w.role, r.level, r.name,
+        f"""SELECT r.record_id, r.time_ns, r.steady_s, r.source, r.kind, w.worker, w.role, r.level, r.name,
                    r.duration_ns, r.status, r.attrs
             FROM records r JOIN record_workers w USING (record_id)
             WHERE r.record_id IN ({marks})
@@ -152,6 +157,39 @@ def _name_workers(rows: list[dict]) -> None:
     for r in rows:
         if is_bare_name(r["worker"]) and len(named_by_role.get(r["role"], ())) == 1:
             r["worker"] = next(iter(named_by_role[r["role"]]))
+
+
+def _place_steady_times(rows: list[dict]) -> None:
+    """Put records that only have steady-clock seconds (TensorRT-LLM perf metrics) on the wall
+    clock (docs/id-model.md, rule 5). The anchor is the first wall-clock record of the same
+    process in this request (its span or request.start, at the same HTTP arrival the perf
+    record's arrival time marks), else the entry server's (a disaggregated server brings its
+    workers' steady clocks into its own). Without one the record keeps its steady time only and
+    its phase durations still show."""
+    steady = [r for r in rows if r["time_ns"] is None and r["steady_s"] is not None]
+    if not steady:
+        return
+
+    def process(worker):
+        return worker.rsplit("@", 1)[-1] if worker else None
+
+    anchors: dict[str, tuple[int, str]] = {}
+    for worker in {process(r["worker"]) for r in steady}:
+        wall = [r for r in rows if r["time_ns"] is not None and process(r["worker"]) == worker]
+        arrival = min(r["steady_s"] for r in steady if process(r["worker"]) == worker)
+        if wall:
+            first = min(wall, key=lambda r: r["time_ns"])
+            anchors[worker] = (first["time_ns"] - round(arrival * 1e9), f"{first['name']} on {first['worker']}")
+    entry_roles = ("router", "frontend", "proxy", "agg")
+    fallback = next((anchors[process(r["worker"])] for r in steady
+                     if r["role"] in entry_roles and process(r["worker"]) in anchors), None)
+    fallback = fallback or next(iter(anchors.values()), None)
+    for r in steady:
+        anchor = anchors.get(process(r["worker"])) or fallback
+        if anchor:
+            r["time_ns"] = round(r["steady_s"] * 1e9) + anchor[0]
+            r["anchor"] = anchor[1]
+    rows.sort(key=lambda r: (r["time_ns"] is None, r["time_ns"] or 0))
 
 
 def is_bare_name(worker: str | None) -> bool:
