@@ -1,8 +1,8 @@
 """The id graph: from the records that carry a looked-up id to the whole requests they belong to.
 
 Records are joined by keys (docs/id-model.md):
-- a key id (reply id, internal id, disagg request id, engine request id with its worker) joins
-  every record that carries it;
+- a key id (reply id, internal id, disagg request id, engine or ctx request id with its worker)
+  joins every record that carries it;
 - the span tree: records in the same span belong together, and a span's children join the
   request of their parent when the parent was recorded by a serving process (a client's span is
   shared by every request it made, so it joins nothing).
@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .ids import ENGINE_REQUEST_ID, KEY_KINDS, PARENT_SPAN, SPAN
+from .ids import KEY_KINDS, PARENT_SPAN, SCOPED_KINDS, SPAN
 
 SERVING_ROLES = {"router", "frontend", "proxy", "agg", "ctx", "gen", "prefill", "decode", "worker"}
 _CHUNK = 2000  # values per IN list
@@ -40,7 +40,7 @@ class Node:
 
     def keys(self):
         for kind, value, scope in self.ids:
-            if kind in KEY_KINDS and (kind != ENGINE_REQUEST_ID or scope is not None):
+            if kind in KEY_KINDS and (kind not in SCOPED_KINDS or scope is not None):
                 yield kind, value, scope
 
 

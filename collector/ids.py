@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import re
 
-# Id kinds. Keys name one request (engine ids only together with their worker); labels may be
-# shared by many requests and never merge them. docs/id-model.md explains each.
+# Id kinds. Keys name one request (engine ids and ctx request ids only together with the worker that
+# issued them: SCOPED_KINDS); labels may be shared by many requests and never merge them.
+# docs/id-model.md explains each.
 REPLY_ID = "reply_id"
 INTERNAL_ID = "internal_id"
 X_REQUEST_ID = "x_request_id"
@@ -25,7 +26,8 @@ ENGINE_REQUEST_ID = "engine_request_id"
 CTX_REQUEST_ID = "ctx_request_id"
 
 ID_KINDS = (REPLY_ID, INTERNAL_ID, X_REQUEST_ID, DISAGG_REQUEST_ID, TRACE_ID, ENGINE_REQUEST_ID, CTX_REQUEST_ID)
-KEY_KINDS = (REPLY_ID, INTERNAL_ID, DISAGG_REQUEST_ID, ENGINE_REQUEST_ID)
+KEY_KINDS = (REPLY_ID, INTERNAL_ID, DISAGG_REQUEST_ID, ENGINE_REQUEST_ID, CTX_REQUEST_ID)
+SCOPED_KINDS = (ENGINE_REQUEST_ID, CTX_REQUEST_ID)
 # Not ids a user quotes but the edges of the span tree, stored beside the ids as "<trace>/<span>":
 # the span a record belongs to, and its parent span.
 SPAN = "span"

@@ -13,14 +13,22 @@ A module provides:
 
 from __future__ import annotations
 
-from . import dynamo_jsonl, dynamo_request_trace, otlp_json, tracejoin_jsonl
+from . import (
+    dynamo_jsonl, dynamo_request_trace, otlp_json, perf_metrics_jsonl, perf_metrics_legacy, tracejoin_jsonl,
+    trtllm_hook, trtllm_log,
+)
 from .parsing import Unparseable
 
 __all__ = ["SOURCES", "BY_NAME", "detect", "Unparseable"]
 
 # Most specific first: a Dynamo stderr capture can contain request-trace rows, so the
-# request-trace sniffer must not claim a file that only has a few of them (it requires all).
-SOURCES = [tracejoin_jsonl, otlp_json, dynamo_request_trace, dynamo_jsonl]
+# request-trace sniffer must not claim a file that only has a few of them (it requires all). A
+# Dynamo capture of a TensorRT-LLM worker also holds TensorRT-LLM text lines: the TensorRT-LLM log
+# sniffer, which needs only one such line, comes after Dynamo's.
+SOURCES = [
+    tracejoin_jsonl, otlp_json, dynamo_request_trace, trtllm_hook, perf_metrics_jsonl, perf_metrics_legacy,
+    dynamo_jsonl, trtllm_log,
+]
 BY_NAME = {m.NAME: m for m in SOURCES}
 
 

@@ -26,6 +26,15 @@ NAME = "otlp_json"
 MAX_LINE = 64 << 20
 ENTRY_ROLES = {"router", "frontend", "agg", "proxy"}
 
+# TensorRT-LLM's disaggregated server names its one span so, with no attributes (§12).
+_TRTLLM_DISAGG_SPAN = "disaggregated_request"
+_TRTLLM_LATENCIES = {
+    "gen_ai.latency.time_in_queue": "queue_ms",
+    "gen_ai.latency.time_to_first_token": "ttft_ms",
+    "gen_ai.latency.e2e": "e2e_ms",
+    "gen_ai.latency.kv_cache_transfer_time": "kv_transfer_ms",
+}
+
 _SPAN_KINDS = {0: "unspecified", 1: "internal", 2: "server", 3: "client", 4: "producer", 5: "consumer"}
 _STATUS = {0: None, 1: "ok", 2: "error"}
 
@@ -227,6 +236,8 @@ class LineParser:
 
     def _span(self, item: dict, worker: str | None, role: str | None) -> Record:
         span, attrs = item["span"], item["attrs"]
+        if item["name"] == _TRTLLM_DISAGG_SPAN:
+            role = role or "router"
         start = _int(_get(span, "startTimeUnixNano", "start_time_unix_nano"), "startTimeUnixNano")
         end = _int(_get(span, "endTimeUnixNano", "end_time_unix_nano"), "endTimeUnixNano")
         kind = _enum(span.get("kind"), "kind", "span kind")
@@ -261,6 +272,7 @@ class LineParser:
                 {"name": e.get("name"), "time_ns": _int(_get(e, "timeUnixNano", "time_unix_nano"), "event time")}
                 for e in events if isinstance(e, dict)
             ]
+        extra.update(_trtllm_span_attrs(attrs))
         record.attrs = {**attrs, **{k: v for k, v in extra.items() if v is not None}}
         return record
 
@@ -320,6 +332,26 @@ class LineParser:
                 record.add_id(INTERNAL_ID, text.lower())
             else:
                 record.add_id(ENGINE_REQUEST_ID, text, attrs.get("tracejoin.engine_worker") or worker)
+
+
+def _trtllm_span_attrs(attrs: dict) -> dict:
+    """TensorRT-LLM's `llm_request` span (formats-trtllm.md §12) in the terms its perf records
+    use: latencies in ms (it sends seconds, -1 when unmeasured) and the finish reason (it sends the
+    list as a JSON string)."""
+    out = {}
+    for key, name in _TRTLLM_LATENCIES.items():
+        value = attrs.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+            out[name] = round(value * 1000, 3)
+    reasons = attrs.get("gen_ai.response.finish_reasons")
+    if isinstance(reasons, str) and reasons.startswith("["):
+        try:
+            reasons = orjson.loads(reasons)
+        except orjson.JSONDecodeError:
+            reasons = None
+    if isinstance(reasons, list) and reasons and all(isinstance(r, str) for r in reasons):
+        out["finish_reason"] = ",".join(reasons)
+    return out
 
 
 def _role_of_service(name: str | None) -> str | None:

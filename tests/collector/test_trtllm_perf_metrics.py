@@ -1,0 +1,275 @@
+"""TensorRT-LLM per-request perf-metrics JSONL files (post-#16668), read by
+sources/perf_metrics_jsonl.py.
+
+TensorRT-LLM cannot run here (no GPU, no wheel): the files are built field for field, key order
+and compact separators included, as `PerfMetricsJsonlWriter` writes them according to
+../shared/reference/formats-trtllm.md §6-§7 (`WorkerPerfMetricsRecord`, `DisaggPerfMetricsRecord`,
+file name `perf_metrics-<server_kind>-<hostname>-<pid>-<YYYYmmddTHHMMSSZ>.jsonl`). The legacy
+`/perf_metrics` tests (test_trtllm_perf_legacy.py) build their items with the same helpers.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tracejoin.collector.sources import perf_metrics_jsonl
+from tracejoin.collector.sources.parsing import Unparseable
+
+DISAGG_A = 1183745023401293842  # disagg ids live in [2^40, 2^63): beyond a double's 2^53
+DISAGG_B = 1183745023401293907
+STAMP = "20260722T101500Z"
+
+
+def timing(arrival: float, *, queue=0.001, ttft=0.043, e2e=0.502, kv: tuple | None = None, nulls=()) -> dict:
+    """`timing_metrics` of one finished request, steady-clock seconds (§4, §5): the HTTP arrival a
+    few ms before the engine's, zero or missing times as null, kv transfer keys only when
+    kv_cache_size > 0."""
+    t = {
+        "arrival_time": arrival,
+        "first_scheduled_time": arrival + queue,
+        "first_token_time": arrival + ttft,
+        "last_token_time": arrival + e2e,
+        "kv_cache_transfer_start": None,
+        "kv_cache_transfer_end": None,
+        "kv_cache_size": 0,
+        "server_arrival_time": arrival - 0.006,
+        "server_first_token_time": arrival + ttft + 0.002,
+    }
+    if kv:
+        t.update(kv_cache_size=4718592, kv_cache_transfer_start=arrival + kv[0], kv_cache_transfer_end=arrival + kv[1])
+    else:
+        for key in ("kv_cache_size", "kv_cache_transfer_start", "kv_cache_transfer_end"):
+            del t[key]
+    for key in nulls:
+        t[key] = None
+    return t
+
+
+def worker_item(request_id, timing_metrics: dict, *, ctx_request_id=None, steps: int = 0) -> dict:
+    """A worker item: legacy `/perf_metrics` item, and the start of a post-#16668 worker record."""
+    item = {
+        "request_id": request_id,
+        "perf_metrics": {
+            "first_iter": 1031,
+            "last_iter": 1031 + max(steps - 1, 0),
+            "timing_metrics": timing_metrics,
+            "kv_cache_metrics": {"num_total_allocated_blocks": 9, "num_new_allocated_blocks": 3,
+                                 "num_reused_blocks": 6, "num_missed_blocks": 3},
+        },
+    }
+    if ctx_request_id is not None:
+        item["ctx_request_id"] = ctx_request_id
+    if steps:
+        a = timing_metrics["arrival_time"]
+        item["time_breakdown_metrics"] = {"step_metrics": [
+            {"iter": 1031 + i, "forward_start_time": a + i * 0.01, "forward_end_time": a + i * 0.01 + 0.008,
+             "sample_start_time": a + i * 0.01 + 0.008, "sample_end_time": a + i * 0.01 + 0.009,
+             "gpu_forward_time": 7.9, "gpu_sample_time": 0.9} for i in range(steps)]}
+    return item
+
+
+def worker_line(request_id, timing_metrics: dict, *, ctx_request_id=None, disagg_request_id=None, steps=0) -> bytes:
+    """A `WorkerPerfMetricsRecord` line: the item, then `status`, then `disagg_request_id`."""
+    record = {**worker_item(request_id, timing_metrics, ctx_request_id=ctx_request_id, steps=steps),
+              "status": "complete"}
+    if disagg_request_id is not None:
+        record["disagg_request_id"] = disagg_request_id
+    return compact(record)
+
+
+def disagg_line(disagg_request_id, arrival: float, *, ctx_server="10.0.0.5:8001", gen_server="10.0.0.6:8002") -> bytes:
+    """A `DisaggPerfMetricsRecord` line: the phases' request_id is str(disagg id) made an int (§6)."""
+    return compact({
+        "ctx_server": ctx_server, "gen_server": gen_server,
+        "disagg_server_arrival_time": arrival, "disagg_ctx_dispatch_time": arrival + 0.003,
+        "disagg_server_first_token_time": arrival + 0.14, "status": "complete",
+        "ctx_perf_metrics": {"request_id": disagg_request_id, "perf_metrics": {"timing_metrics": {
+            "arrival_time": arrival + 0.009, "first_scheduled_time": arrival + 0.010,
+            "first_token_time": arrival + 0.06, "last_token_time": arrival + 0.06}}},
+        "gen_perf_metrics": {"request_id": disagg_request_id, "perf_metrics": {"timing_metrics": {
+            "arrival_time": arrival + 0.065, "first_scheduled_time": arrival + 0.095,
+            "first_token_time": arrival + 0.14, "last_token_time": arrival + 0.9}}},
+        "disagg_request_id": disagg_request_id,
+    })
+
+
+def compact(obj) -> bytes:
+    return json.dumps(obj, separators=(",", ":"), allow_nan=False).encode()
+
+
+def write(folder, name: str, *lines: bytes):
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_bytes(b"".join(line + b"\n" for line in lines))
+    return path
+
+
+def file_name(kind: str, host: str, pid: int) -> str:
+    return f"perf_metrics-{kind}-{host}-{pid}-{STAMP}.jsonl"
+
+
+# -- parser ----------------------------------------------------------------------------------
+
+
+def test_worker_identity_comes_from_the_file_name_split_from_the_right():
+    parser = perf_metrics_jsonl.LineParser(f"/x/perf_metrics/{file_name('gen', 'gpu-node-2.dc-1', 4242)}")
+    assert parser.worker == "gpu-node-2.dc-1:4242"
+    assert parser.role == "gen"
+    [record] = parser.parse(worker_line(7, timing(81234.518)))
+    assert record.attrs["process_start"] == "2026-07-22T10:15:00Z"
+    assert ("engine_request_id", "7", "gpu-node-2.dc-1:4242") in record.ids
+    assert perf_metrics_jsonl.LineParser(file_name("disagg", "orchestrator-0", 9)).role == "router"
+
+
+def test_steady_clock_times_become_phase_durations_without_a_wall_time():
+    t = timing(81234.518, queue=0.001, ttft=0.043, e2e=0.502, kv=(0.05, 0.0625))
+    [record] = perf_metrics_jsonl.LineParser(file_name("ctx", "h", 1)).parse(worker_line(42, t, steps=3))
+    assert record.kind == "perf" and record.name == "perf metrics" and record.status == "complete"
+    assert record.time_ns is None
+    assert record.steady_s == pytest.approx(81234.512)  # the HTTP arrival, before the engine's
+    assert record.attrs["queue_ms"] == 1.0
+    assert record.attrs["ttft_ms"] == 43.0
+    assert record.attrs["e2e_ms"] == 502.0
+    assert record.attrs["kv_transfer_ms"] == 12.5
+    assert record.duration_ns == 502_000_000
+    assert record.attrs["timing_metrics"]["kv_cache_size"] == 4718592
+    assert record.attrs["kv_cache_metrics"]["num_reused_blocks"] == 6
+    assert record.attrs["time_breakdown"] == {"steps": 3}  # step metrics are counted, not stored
+
+
+def test_null_and_zero_times_leave_out_only_the_durations_that_need_them():
+    t = timing(81234.518, nulls=("first_token_time", "server_arrival_time"))
+    t["first_scheduled_time"] = 0  # a legacy server's "unset"
+    [record] = perf_metrics_jsonl.LineParser(file_name("gen", "h", 1)).parse(worker_line(1, t))
+    assert "ttft_ms" not in record.attrs and "queue_ms" not in record.attrs
+    assert record.attrs["e2e_ms"] == 502.0
+    assert record.steady_s == 81234.518
+
+
+def test_ids_keep_their_exact_text():
+    line = worker_line("17", timing(5.0), ctx_request_id=DISAGG_A, disagg_request_id=DISAGG_A)
+    assert str(DISAGG_A).encode() in line
+    [record] = perf_metrics_jsonl.LineParser(file_name("ctx", "h", 1)).parse(line)
+    assert ("disagg_request_id", "1183745023401293842", None) in record.ids
+    assert ("engine_request_id", "17", "h:1") in record.ids  # request_id may be a string
+    assert ("ctx_request_id", "1183745023401293842", None) in record.ids  # a label here
+
+
+def test_disagg_record_phases_carry_the_disagg_id_not_engine_ids():
+    [record] = perf_metrics_jsonl.LineParser(file_name("disagg", "orch", 9)).parse(disagg_line(DISAGG_A, 81234.5))
+    assert record.role == "router" and record.name == "disagg perf metrics"
+    assert record.ids == [("disagg_request_id", str(DISAGG_A), None)]
+    assert record.steady_s == 81234.5
+    a = record.attrs
+    assert (a["ctx_server"], a["gen_server"]) == ("10.0.0.5:8001", "10.0.0.6:8002")
+    assert a["disagg_queue_ms"] == 3.0 and a["ttft_ms"] == 140.0 and a["e2e_ms"] == 900.0
+    assert a["ctx_ttft_ms"] == 51.0 and a["ctx_queue_ms"] == 1.0
+    assert a["gen_queue_ms"] == 30.0 and a["gen_e2e_ms"] == 835.0
+    assert record.duration_ns == 900_000_000
+
+
+def test_a_disagg_record_without_a_disagg_id_names_the_ctx_request_on_its_ctx_server():
+    obj = json.loads(disagg_line(77, 10.0))
+    del obj["disagg_request_id"]  # request_id = str(disagg_request_id or ctx_request_id)
+    [record] = perf_metrics_jsonl.LineParser(file_name("disagg", "orch", 9)).parse(compact(obj))
+    assert record.ids == [("ctx_request_id", "77", "10.0.0.5:8001")]
+
+
+@pytest.mark.parametrize("items, role", [
+    ([{}], "agg"),  # no disaggregation ids
+    ([{"ctx_request_id": 5, "disagg_request_id": DISAGG_A}], "gen"),  # tokens after the first
+    ([{"ctx_request_id": 5, "disagg_request_id": DISAGG_A, "e2e": 0.043}], "ctx"),  # stopped at the first
+    ([{"ctx_request_id": 5, "e2e": 0.043}, {"ctx_request_id": 6}, {"ctx_request_id": 7}], "gen"),  # most say
+    ([{"ctx_request_id": 5, "nulls": ("last_token_time",)}], None),  # cannot tell
+])
+def test_a_worker_file_whose_kind_says_no_side_takes_the_role_its_records_suggest(items, role):
+    parser = perf_metrics_jsonl.LineParser(file_name("server", "h", 1))
+    for i, item in enumerate(items):
+        t = timing(10.0 + i, e2e=item.get("e2e", 0.5), nulls=item.get("nulls", ()))
+        [record] = parser.parse(worker_line(i, t, ctx_request_id=item.get("ctx_request_id"),
+                                            disagg_request_id=item.get("disagg_request_id")))
+        assert record.role is None  # the file's role, settled when the file is stored
+    assert parser.role == role
+
+
+@pytest.mark.parametrize("line, reason", [
+    (b'{"request_id":1.5,"perf_metrics":{"timing_metrics":{}},"status":"complete"}', "'request_id' is float"),
+    (b'{"request_id":1,"perf_metrics":[],"status":"complete"}', "'perf_metrics' is list"),
+    (b'{"request_id":1,"perf_metrics":{"timing_metrics":{"arrival_time":"81234.5"}}}', "'arrival_time' is str"),
+    (b'{"request_id":1,"perf_metrics":{"timing_metrics":{}},"disagg_request_id":true}', "'disagg_request_id' is bool"),
+    (b'{"ctx_server":"a:1","gen_server":"b:2","disagg_server_arrival_time":[1]}', "'disagg_server_arrival_time'"),
+    (b'{"ctx_server":"a:1","disagg_server_arrival_time":1.0,"ctx_perf_metrics":{"request_id":{}}}', "'request_id'"),
+    (b'{"perf_metrics":{"timing_metrics":{}},"status":"complete"}', "missing field 'request_id'"),
+    (b'{"request_id":1,"perf_metrics":{"timing_metrics":{"arrival_time":NaN}}}', "invalid JSON"),
+])
+def test_wrongly_typed_lines_say_why(line, reason):
+    with pytest.raises(Unparseable, match=reason):
+        perf_metrics_jsonl.LineParser(file_name("gen", "h", 1)).parse(line)
+
+
+# -- what a user sees --------------------------------------------------------------------------
+
+
+def disaggregated_deployment(tmp_path):
+    """A router, a ctx worker and a gen worker on two hosts (same pid), and two requests: A's ctx
+    phase and B's gen phase were both engine id 1 on their workers."""
+    folder = tmp_path / "perf_metrics"
+    write(folder, file_name("disagg", "router-host-1", 777),
+          disagg_line(DISAGG_A, 81234.5), disagg_line(DISAGG_B, 81240.0))
+    write(folder, file_name("ctx", "gpu-node-1", 4242),
+          worker_line(1, timing(81234.509, e2e=0.051, kv=(0.052, 0.07)), ctx_request_id=1, disagg_request_id=DISAGG_A),
+          worker_line(2, timing(81240.009, e2e=0.05), ctx_request_id=2, disagg_request_id=DISAGG_B))
+    write(folder, file_name("gen", "gpu-node-2", 4242),
+          worker_line(7, timing(81234.565, e2e=0.835), ctx_request_id=1, disagg_request_id=DISAGG_A),
+          worker_line(1, timing(81240.07, e2e=0.7), ctx_request_id=2, disagg_request_id=DISAGG_B))
+    return folder
+
+
+def test_the_disagg_id_gives_one_request_with_the_router_and_both_workers(tj, tmp_path):
+    run = tj("ingest", disaggregated_deployment(tmp_path), "--json")
+    assert run.code == 0, run.err
+    assert run.json()["sources"]["perf_metrics_jsonl"] == {"files": 3, "records": 6, "requests": 2, "quarantined": 0}
+
+    result = tj("lookup", str(DISAGG_A), "--json").json()
+    assert result["id_kind"] == "disagg_request_id"
+    [request] = result["requests"]
+    assert request["ids"]["disagg_request_id"] == [str(DISAGG_A)]
+    assert sorted(map(tuple, (e.values() for e in request["ids"]["engine_request_id"]))) == [
+        ("gpu-node-1:4242", "1"), ("gpu-node-2:4242", "7")]
+    assert {(w["worker"], w["role"], w["records"]) for w in request["workers"]} == {
+        ("router-host-1:777", "router", 1), ("gpu-node-1:4242", "ctx", 1), ("gpu-node-2:4242", "gen", 1)}
+    assert all(r["kind"] == "perf" and r["source"] == "perf_metrics_jsonl" for r in request["records"])
+    assert all(r["time"] is None for r in request["records"])  # steady clock only
+    summaries = sorted(r["summary"] for r in request["records"])
+    assert summaries == [
+        "disagg perf metrics · status=complete · 900.0 ms · ttft_ms=140.0",
+        "perf metrics · status=complete · 51.0 ms · ttft_ms=43.0",
+        "perf metrics · status=complete · 835.0 ms · ttft_ms=43.0",
+    ]
+
+
+def test_engine_id_1_on_two_workers_is_two_requests(tj, tmp_path):
+    assert tj("ingest", disaggregated_deployment(tmp_path)).code == 0
+    result = tj("lookup", "1", "--json").json()
+    assert result["id_kind"] == "engine_request_id"
+    by_disagg_id = {r["ids"]["disagg_request_id"][0]: r for r in result["requests"]}
+    assert set(by_disagg_id) == {str(DISAGG_A), str(DISAGG_B)}
+    a_engines = {(e["worker"], e["id"]) for e in by_disagg_id[str(DISAGG_A)]["ids"]["engine_request_id"]}
+    b_engines = {(e["worker"], e["id"]) for e in by_disagg_id[str(DISAGG_B)]["ids"]["engine_request_id"]}
+    assert a_engines == {("gpu-node-1:4242", "1"), ("gpu-node-2:4242", "7")}
+    assert b_engines == {("gpu-node-1:4242", "2"), ("gpu-node-2:4242", "1")}
+
+
+def test_a_wrongly_typed_line_is_quarantined_and_the_rest_stored(tj, tmp_path):
+    bad = b'{"request_id":3,"perf_metrics":{"timing_metrics":{"arrival_time":"soon"}},"status":"complete"}'
+    path = write(tmp_path, file_name("gen", "gpu-node-2", 4242),
+                 worker_line(7, timing(1.0)), bad, worker_line(8, timing(2.0)))
+    run = tj("ingest", path, "--json")
+    assert run.code == 2
+    assert run.json()["sources"]["perf_metrics_jsonl"]["records"] == 2
+    [row] = tj("quarantine", "--json").json()
+    assert row["line"] == 2 and "'arrival_time' is str" in row["reason"]
+    assert tj("lookup", "8", "--json").code == 0
+    assert tj("lookup", "3").code == 1
