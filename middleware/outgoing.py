@@ -25,6 +25,8 @@ def outgoing_headers() -> dict[str, str]:
     """The headers for a call made now, from the current trace context and served request."""
     headers: dict[str, str] = {}
     W3C.inject(headers)
+    if "traceparent" in headers:
+        headers["traceparent"] = _sampled_flag_only(headers["traceparent"])
     request = current_request()
     if request is not None:
         headers[INTERNAL_ID_HEADER] = request.internal_id
@@ -39,3 +41,15 @@ async def inject_tracejoin_headers(request: httpx.Request) -> None:
     """An httpx.AsyncClient request hook; it replaces any of these headers the caller set."""
     for name, value in outgoing_headers().items():
         request.headers[name] = value  # set as UTF-8: a cleaned label may be non-ASCII
+
+
+def _sampled_flag_only(traceparent: str) -> str:
+    """Keep only the sampled bit of the trace flags. The OpenTelemetry SDK also sets W3C Trace
+    Context level 2's "random" bit (flags 03), and servers that read level 1 strictly drop such a
+    traceparent and start a new trace: Dynamo 1.6.1's frontend does, which would leave a proxied
+    request's reply unjoinable to Dynamo's records."""
+    head, flags = traceparent.rsplit("-", 1)
+    try:
+        return f"{head}-{int(flags, 16) & 0x01:02x}"
+    except ValueError:
+        return traceparent
