@@ -122,7 +122,8 @@ class IdGraph:
         self.rows_for([value])
         holders = [r for r, k, s in self._rows[value] if k == kind and s == scope]
         self.load(holders)
-        entries = [self.nodes[r] for r in holders if self.nodes[r].entry]
+        # Only entries in a trace can tell requests apart; one without (a perf-metrics row) cannot.
+        entries = [self.nodes[r] for r in holders if self.nodes[r].entry and self.nodes[r].trace_id]
         clusters = _cluster_entries(entries)
         result = None
         if len(clusters) > 1:

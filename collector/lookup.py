@@ -8,14 +8,17 @@ import orjson
 
 from .graph import IdGraph
 from .ids import (
-    DISAGG_REQUEST_ID, ENGINE_REQUEST_ID, INTERNAL_ID, REPLY_ID, TRACE_ID, X_REQUEST_ID,
+    CTX_REQUEST_ID, DISAGG_REQUEST_ID, ENGINE_REQUEST_ID, INTERNAL_ID, REPLY_ID, TRACE_ID, X_REQUEST_ID,
     implied_by_query,
 )
 from .times import ns_to_iso
 from .store import Store
 
 # When an id matches several kinds, the lookup is said to be by the strongest.
-_KIND_ORDER = [REPLY_ID, INTERNAL_ID, DISAGG_REQUEST_ID, ENGINE_REQUEST_ID, X_REQUEST_ID, TRACE_ID, "ctx_request_id"]
+_KIND_ORDER = [REPLY_ID, INTERNAL_ID, DISAGG_REQUEST_ID, ENGINE_REQUEST_ID, CTX_REQUEST_ID, X_REQUEST_ID, TRACE_ID]
+# DESIGN.md's id kinds have no ctx_request_id: a lookup by one is reported as by an engine request
+# id, the kind it is closest to (TensorRT-LLM's context server issues it).
+_REPORTED_KIND = {CTX_REQUEST_ID: ENGINE_REQUEST_ID}
 _SHOWN_ID_KINDS = [REPLY_ID, INTERNAL_ID, X_REQUEST_ID, DISAGG_REQUEST_ID, TRACE_ID]
 # Attributes worth a glance in a record's one-line summary.
 _SUMMARY_ATTRS = (
@@ -72,7 +75,7 @@ def lookup(store: Store, query: str, window: Window | None = None) -> dict:
 def _strongest(kinds: set[str]) -> str | None:
     for kind in _KIND_ORDER:
         if kind in kinds:
-            return kind
+            return _REPORTED_KIND.get(kind, kind)
     return None
 
 
@@ -125,6 +128,7 @@ def _request_json(store: Store, graph: IdGraph, request) -> dict:
             rec["clock"] = f"steady {row['steady_s']:.6f} s, no wall-clock anchor in this request"
         records.append(rec)
         w = workers.setdefault(row["worker"] or "?", {"worker": row["worker"], "role": row["role"], "records": 0})
+        w["role"] = w["role"] or row["role"]  # a log line may not know the role its worker's spans state
         w["records"] += 1
     return {"ids": ids, "workers": list(workers.values()), "records": records}
 

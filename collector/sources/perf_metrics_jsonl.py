@@ -119,6 +119,8 @@ def worker_record(item: dict, worker: str | None, *, role: str | None = None,
     record = Record(kind="perf", name="perf metrics", worker=worker, role=role,
                     steady_s=_earliest(timing, "server_arrival_time", "arrival_time"),
                     status=field(item, "status", (str,)))
+    # An aggregated server is the entry server: its record of a request marks that request.
+    record.entry = (role or infer_worker_role(item)) == "agg"
     record.add_id(ENGINE_REQUEST_ID, request_id, worker)
     record.add_id(DISAGG_REQUEST_ID, field(item, "disagg_request_id", (int, str)))
     record.add_id(CTX_REQUEST_ID, field(item, "ctx_request_id", (int, str)), ctx_scope)
@@ -175,7 +177,7 @@ def disagg_record(obj: dict, *, phase_ids_are_engine_ids: bool, worker: str | No
     own = {key: _seconds(obj, key) for key in _DISAGG_TIMES}
     disagg_id = field(obj, "disagg_request_id", (int, str))
     phases = {"ctx": field(obj, "ctx_perf_metrics", (dict,)), "gen": field(obj, "gen_perf_metrics", (dict,))}
-    record = Record(kind="perf", name="disagg perf metrics", worker=worker, role="router",
+    record = Record(kind="perf", name="disagg perf metrics", worker=worker, role="router", entry=True,
                     steady_s=own["disagg_server_arrival_time"], status=field(obj, "status", (str,)))
     record.add_id(DISAGG_REQUEST_ID, disagg_id)
     attrs = {"ctx_server": ctx_server, "gen_server": gen_server}
