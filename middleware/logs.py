@@ -9,6 +9,7 @@ what the application logs lands in the same file carrying the ids the middleware
 from __future__ import annotations
 
 import os
+import socket
 import sys
 import threading
 from datetime import datetime, timezone
@@ -22,7 +23,7 @@ SCHEMA = "tracejoin.log.v1"
 
 # Written first on every line, in the schema's order: what and who, then the ids, then the rest.
 LEADING_FIELDS = (
-    "schema", "ts", "level", "event", "service", "role", "worker",
+    "schema", "ts", "level", "event", "service", "role", "worker", "process",
     "internal_id", "x_request_id", "trace_id", "span_id", "parent_span_id",
     "reply_id", "disagg_request_id", "engine_request_id", "engine_worker",
 )
@@ -42,10 +43,13 @@ def add_timestamp(logger: Any, method_name: str, event_dict: EventDict) -> Event
 
 
 class AddProcessIdentity:
-    """service, role and worker on every line, also on lines logged outside any request."""
+    """service, role and worker on every line, also on lines logged outside any request; and the
+    process as `host:pid`, the name TensorRT-LLM's perf-metrics and hook files give the same
+    process, so the collector can tell that both names are one worker."""
 
     def __init__(self, service: str, role: str, worker: str):
-        self.identity = {"service": service, "role": role, "worker": worker}
+        process = f"{socket.gethostname()}:{os.getpid()}"
+        self.identity = {"service": service, "role": role, "worker": worker, "process": process}
 
     def __call__(self, logger: Any, method_name: str, event_dict: EventDict) -> EventDict:
         for key, value in self.identity.items():
