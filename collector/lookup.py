@@ -22,9 +22,9 @@ _REPORTED_KIND = {CTX_REQUEST_ID: ENGINE_REQUEST_ID}
 _SHOWN_ID_KINDS = [REPLY_ID, INTERNAL_ID, X_REQUEST_ID, DISAGG_REQUEST_ID, TRACE_ID]
 # Attributes worth a glance in a record's one-line summary.
 _SUMMARY_ATTRS = (
-    "route", "method", "endpoint", "model", "error_type", "error_detail", "worker_id", "ttft_ms",
-    "ttfb_ms", "avg_itl_ms", "input_tokens", "output_tokens", "disconnected", "header",
-    "upstream_status", "finish_reason",
+    "route", "method", "endpoint", "model", "error_type", "error_detail", "worker_id",
+    "disagg_queue_ms", "queue_ms", "ttft_ms", "kv_transfer_ms", "ttfb_ms", "avg_itl_ms",
+    "input_tokens", "output_tokens", "disconnected", "header", "upstream_status", "finish_reason",
 )
 
 
@@ -193,7 +193,7 @@ def _place_steady_times(rows: list[dict]) -> None:
         if anchor:
             r["time_ns"] = round(r["steady_s"] * 1e9) + anchor[0]
             r["anchor"] = anchor[1]
-    rows.sort(key=lambda r: (r["time_ns"] is None, r["time_ns"] or 0))
+    rows.sort(key=lambda r: (r["time_ns"] is None, r["time_ns"] or 0, r["steady_s"] or 0))
 
 
 def is_bare_name(worker: str | None) -> bool:

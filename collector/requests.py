@@ -91,8 +91,10 @@ WITH r AS (
     SELECT rw.request_id, rec.*, rw.worker AS w, rw.role AS ro, rw.bare
     FROM request_workers rw JOIN records rec USING (record_id)
 ), entry AS (
-    SELECT request_id, arg_min(w, time_ns) AS entry_worker, arg_min(ro, time_ns) AS entry_role,
-           arg_min(attrs, time_ns) AS entry_attrs
+    -- The first entry record (perf-metrics entries have no wall time: they come last).
+    SELECT request_id, first(w ORDER BY time_ns NULLS LAST, steady_s) AS entry_worker,
+           first(ro ORDER BY time_ns NULLS LAST, steady_s) AS entry_role,
+           first(attrs ORDER BY time_ns NULLS LAST, steady_s) AS entry_attrs
     FROM r WHERE entry GROUP BY request_id
 ), ids AS (
     SELECT m.request_id,
@@ -113,6 +115,7 @@ WITH r AS (
         min(r.time_ns) AS start_ns,
         max(r.time_ns + CASE WHEN r.kind = 'span' THEN coalesce(r.duration_ns, 0) ELSE 0 END) AS end_ns,
         count(*) AS records,
+        bool_or(r.entry) AS has_entry,
         any_value(e.entry_worker) AS entry_worker,
         any_value(e.entry_role) AS entry_role,
         coalesce(any_value(e.entry_attrs->>'route'), any_value(e.entry_attrs->>'uri'),
@@ -140,7 +143,7 @@ WITH r AS (
     FROM r LEFT JOIN entry e USING (request_id)
     GROUP BY r.request_id
 )
-SELECT s.*, s.entry_worker IS NOT NULL AS has_entry, i.reply_ids, i.internal_ids, i.x_request_ids,
+SELECT s.*, i.reply_ids, i.internal_ids, i.x_request_ids,
        i.disagg_request_ids, i.trace_ids, coalesce(i.collided, false) AS collided,
        coalesce(i.names_a_request, false) AS names_a_request
 FROM summary s LEFT JOIN ids i USING (request_id);

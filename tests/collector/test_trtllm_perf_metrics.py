@@ -242,12 +242,14 @@ def test_the_disagg_id_gives_one_request_with_the_router_and_both_workers(tj, tm
         ("router-host-1:777", "router", 1), ("gpu-node-1:4242", "ctx", 1), ("gpu-node-2:4242", "gen", 1)}
     assert all(r["kind"] == "perf" and r["source"] == "perf_metrics_jsonl" for r in request["records"])
     assert all(r["time"] is None for r in request["records"])  # steady clock only
-    summaries = sorted(r["summary"] for r in request["records"])
-    assert summaries == [
-        "disagg perf metrics · status=complete · 900.0 ms · ttft_ms=140.0",
-        "perf metrics · status=complete · 51.0 ms · ttft_ms=43.0",
-        "perf metrics · status=complete · 835.0 ms · ttft_ms=43.0",
+    # Without a wall-clock anchor the records keep their steady time, in order, with their phases.
+    assert [r["summary"] for r in request["records"]] == [
+        "disagg perf metrics · status=complete · 900.0 ms · disagg_queue_ms=3.0 · ttft_ms=140.0",
+        "perf metrics · status=complete · 51.0 ms · queue_ms=1.0 · ttft_ms=43.0 · kv_transfer_ms=18.0",
+        "perf metrics · status=complete · 835.0 ms · queue_ms=1.0 · ttft_ms=43.0",
     ]
+    assert [r["clock"] for r in request["records"]] == [
+        f"steady {s:.6f} s, no wall-clock anchor in this request" for s in (81234.5, 81234.503, 81234.559)]
 
 
 def test_engine_id_1_on_two_workers_is_two_requests(tj, tmp_path):
