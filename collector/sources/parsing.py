@@ -15,14 +15,19 @@ class Unparseable(ValueError):
     """A line a source cannot read; the message is the reason stored in quarantine."""
 
 
-def load_object(line: bytes) -> dict:
+def load_json(text: bytes, expected: type = dict, what: str = "a JSON object"):
+    """The JSON value of a line, which must be of the `expected` type."""
     try:
-        obj = orjson.loads(line)
+        value = orjson.loads(text)
     except orjson.JSONDecodeError as e:
         raise Unparseable(f"invalid JSON: {e}") from None
-    if not isinstance(obj, dict):
-        raise Unparseable(f"expected a JSON object, got {type(obj).__name__}")
-    return obj
+    if not isinstance(value, expected):
+        raise Unparseable(f"expected {what}, got {type(value).__name__}")
+    return value
+
+
+def load_object(line: bytes) -> dict:
+    return load_json(line)
 
 
 def field(obj: dict, key: str, types: tuple, *, required: bool = False):

@@ -30,10 +30,8 @@ from __future__ import annotations
 import os
 import re
 
-import orjson
-
 from ..records import Record
-from .parsing import Unparseable, worker_from_path
+from .parsing import Unparseable, load_json, worker_from_path
 from .perf_metrics_jsonl import RoleVotes, disagg_record, infer_worker_role, is_disagg_record, worker_record
 
 NAME = "perf_metrics_legacy"
@@ -112,10 +110,4 @@ def _records(items, worker: str | None, role: str | None, votes: RoleVotes) -> l
 
 
 def _load_array(text: bytes) -> list:
-    try:
-        value = orjson.loads(text)
-    except orjson.JSONDecodeError as e:
-        raise Unparseable(f"invalid JSON: {e}") from None
-    if not isinstance(value, list):
-        raise Unparseable(f"expected a JSON array (one poll of /perf_metrics), got {type(value).__name__}")
-    return value
+    return load_json(text, list, "a JSON array (one poll of /perf_metrics)")
