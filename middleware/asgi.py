@@ -44,6 +44,10 @@ from .tracing import TRACER_NAME, build_tracer_provider, incoming_trace_context
 
 Message = dict[str, Any]
 
+# Probes and metric scrapes are not requests of the fleet's users: recording them would make every
+# health check a reply that reaches no worker.
+UNRECORDED_PATHS = frozenset({"/health", "/healthz", "/ready", "/readyz", "/livez", "/metrics"})
+
 # What request.end says when the client left before any response was sent (nginx's convention).
 CLIENT_CLOSED_REQUEST = 499
 
@@ -81,7 +85,7 @@ class TraceJoinMiddleware:
         self.responses_ids_in_flight: set[str] = set()
 
     async def __call__(self, scope: Message, receive: Any, send: Any) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != "http" or scope["path"] in UNRECORDED_PATHS:
             await self.app(scope, receive, send)
             return
         if self.outputs is None:

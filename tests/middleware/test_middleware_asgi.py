@@ -44,6 +44,15 @@ def data_events(lines) -> list[dict]:
 # -- replies of every kind are tied to their request ------------------------------------------------
 
 
+def test_health_checks_and_metric_scrapes_are_not_recorded(served: Served):
+    for path in ("/health", "/metrics"):
+        httpx.get(f"{served.url}{path}", timeout=WAIT_S)
+    httpx.post(f"{served.url}/v1/chat/completions", json=CHAT, timeout=WAIT_S)
+    served.log.wait_for(event("request.end"))
+    routes = [r.get("route") for r in served.log.records() if r["event"] == "request.start"]
+    assert routes == ["/v1/chat/completions"]
+
+
 @pytest.mark.parametrize("stream", [False, True], ids=["unary", "streamed"])
 def test_a_chat_reply_is_tied_to_its_request(served: Served, stream: bool):
     chat = openai_client(served.url).chat.completions
