@@ -106,7 +106,7 @@ def request_table(rows: list[dict]) -> None:
         status = r["http_status"] or ("error" if r["error"] else "")
         if r["disconnected"]:
             status += " (client left)"
-        ids = r["reply_ids"] or r["internal_ids"] or r["disagg_request_ids"] or r["x_request_ids"]
+        ids = [r["reply_id"]] if r["reply_id"] else (r["internal_ids"] or r["disagg_request_ids"] or r["x_request_ids"])
         table.add_row(
             (r["start"] or "")[:23], _ms(r["duration_ms"]), _ms(r["ttft_ms"]), status,
             r["route"] or r["endpoint"] or "", r["entry_worker"] or "", str(len(r["workers"])),

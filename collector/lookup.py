@@ -187,7 +187,7 @@ def _place_steady_times(rows: list[dict]) -> None:
     entry_roles = ("router", "frontend", "proxy", "agg")
     fallback = next((anchors[process(r["worker"])] for r in steady
                      if r["role"] in entry_roles and process(r["worker"]) in anchors), None)
-    fallback = fallback or next(iter(anchors.values()), None)
+    fallback = fallback or (anchors[min(anchors)] if anchors else None)  # any, but the same every time
     for r in steady:
         anchor = anchors.get(process(r["worker"])) or fallback
         if anchor:

@@ -9,9 +9,9 @@ from .store import Store
 from .times import ns_to_iso
 
 _COLUMNS = (
-    "request_id", "start_ns", "duration_ms", "ttft_ms", "queue_ms", "kv_transfer_ms", "http_status", "error",
-    "disconnected", "route", "endpoint", "entry_worker", "workers", "roles", "reply_ids", "internal_ids",
-    "x_request_ids", "disagg_request_ids", "trace_ids", "records", "collided",
+    "request_id", "start_ns", "duration_ms", "ttft_ms", "queue_ms", "kv_transfer_ms", "http_status",
+    "error", "disconnected", "route", "endpoint", "entry_worker", "workers", "roles", "reply_id",
+    "reply_ids", "internal_ids", "x_request_ids", "disagg_request_ids", "trace_ids", "records", "collided",
 )
 
 

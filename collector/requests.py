@@ -7,7 +7,9 @@ The rules are graph.py's, with one simplification: a collided key joins records 
 trace, and records that carry it with no trace stay apart (lookup shows them as ambiguous).
 
 The result lives in temporary tables of the connection that built it (`request_members`,
-`request_summary`), so commands on a read-only store can build it as well.
+`request_summary`), so commands on a read-only store can build it as well. `persist_requests`
+copies them into the store as `request_records` and `requests`, for readers that only have the
+file (Grafana reads the collector's snapshot; dashboards/ queries these tables).
 """
 
 from __future__ import annotations
@@ -96,6 +98,11 @@ WITH r AS (
            first(ro ORDER BY time_ns NULLS LAST, steady_s) AS entry_role,
            first(attrs ORDER BY time_ns NULLS LAST, steady_s) AS entry_attrs
     FROM r WHERE entry GROUP BY request_id
+), entry_reply AS (  -- the reply id the client saw: the one the entry server's records carry
+    SELECT r.request_id, min(i.value) AS entry_reply_id
+    FROM r JOIN entry e USING (request_id) JOIN record_ids i USING (record_id)
+    WHERE i.kind = 'reply_id' AND r.w IS NOT DISTINCT FROM e.entry_worker
+    GROUP BY r.request_id
 ), ids AS (
     SELECT m.request_id,
            list(DISTINCT i.value ORDER BY i.value) FILTER (WHERE i.kind = 'reply_id') AS reply_ids,
@@ -112,7 +119,9 @@ WITH r AS (
 ), summary AS (
     SELECT
         r.request_id,
-        min(r.time_ns) AS start_ns,
+        -- A request starts when its entry server took it; a worker's log with one-second
+        -- resolution (TensorRT-LLM's) must not move that earlier.
+        coalesce(min(r.time_ns) FILTER (WHERE r.entry), min(r.time_ns)) AS start_ns,
         max(r.time_ns + CASE WHEN r.kind = 'span' THEN coalesce(r.duration_ns, 0) ELSE 0 END) AS end_ns,
         count(*) AS records,
         bool_or(r.entry) AS has_entry,
@@ -143,10 +152,10 @@ WITH r AS (
     FROM r LEFT JOIN entry e USING (request_id)
     GROUP BY r.request_id
 )
-SELECT s.*, i.reply_ids, i.internal_ids, i.x_request_ids,
+SELECT s.*, coalesce(e.entry_reply_id, i.reply_ids[1]) AS reply_id, i.reply_ids, i.internal_ids, i.x_request_ids,
        i.disagg_request_ids, i.trace_ids, coalesce(i.collided, false) AS collided,
        coalesce(i.names_a_request, false) AS names_a_request
-FROM summary s LEFT JOIN ids i USING (request_id);
+FROM summary s LEFT JOIN ids i USING (request_id) LEFT JOIN entry_reply e USING (request_id);
 """
 
 MAX_ROUNDS = 50
@@ -166,3 +175,15 @@ def build_requests(store: Store) -> None:
         if not changed:
             break
     con.execute(SUMMARIZE)
+
+
+def persist_requests(store: Store) -> None:
+    """Build, then store the result as tables `requests` and `request_records` (record_id,
+    request_id) in one transaction."""
+    build_requests(store)
+    store.con.execute("""
+        BEGIN;
+        CREATE OR REPLACE TABLE main.request_records AS SELECT record_id, request_id FROM request_members;
+        CREATE OR REPLACE TABLE main.requests AS SELECT * FROM request_summary;
+        COMMIT;
+    """)
