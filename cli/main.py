@@ -40,6 +40,28 @@ def _open(db: Optional[str], *, read_only: bool):
         raise Failure(str(e)) from None
 
 
+def _query(db: Optional[str], name: str, **params):
+    """Run a read query (collector/queries.py) on the store; while `trace-join collect` holds the
+    store, the collector runs it and sends the result (collector/remote.py)."""
+    from pathlib import Path
+
+    from tracejoin.collector import remote
+    from tracejoin.collector.queries import run_query
+    from tracejoin.collector.store import StoreError, StoreLocked, default_db_path, open_store
+
+    try:
+        with open_store(db, read_only=True) as store:
+            return run_query(store, name, params)
+    except StoreLocked:
+        pass
+    except StoreError as e:
+        raise Failure(str(e)) from None
+    try:
+        return remote.query(Path(db or default_db_path()), name, params)
+    except StoreError as e:
+        raise Failure(str(e)) from None
+
+
 @app.command()
 def ingest(
     paths: List[str] = typer.Argument(..., help="Files, folders or globs; .gz is read as it is."),
@@ -48,6 +70,7 @@ def ingest(
 ):
     """Read log, span, trace and perf files into the store. Reading the same bytes again adds nothing."""
     from tracejoin.collector.ingest import Ingester, InputError
+    from tracejoin.collector.requests import persist_requests
     from tracejoin.cli import render
 
     with _open(db, read_only=False) as store:
@@ -56,6 +79,8 @@ def ingest(
                 result = Ingester(store, progress=progress).ingest_paths(paths)
             except InputError as e:
                 raise Failure(str(e)) from None
+        if result.records:
+            persist_requests(store)  # the requests tables dashboards read
     render.ingest_summary(result, as_json)
     for line in result.errors:
         print(f"trace-join: error: {line}", file=sys.stderr)
@@ -72,12 +97,9 @@ def lookup(
     until: Optional[str] = typer.Option(None, help="Only requests seen at or before: ISO time, or 30m, 2h, 1d ago."),
 ):
     """Show every record of the request(s) an id names, across workers, on one timeline."""
-    from tracejoin.collector.lookup import Window, lookup as do_lookup
     from tracejoin.cli import render
 
-    window = Window(_time_arg(since, "--since"), _time_arg(until, "--until"))
-    with _open(db, read_only=True) as store:
-        result = do_lookup(store, id, window)
+    result = _query(db, "lookup", id=id, since_ns=_time_arg(since, "--since"), until_ns=_time_arg(until, "--until"))
     if as_json:
         render.print_json(result)
     if not result["requests"]:
@@ -99,15 +121,12 @@ def requests(
     limit: int = typer.Option(20, help="How many to list."),
 ):
     """List requests: newest or slowest first, errors only, by worker, by route, in a time window."""
-    from tracejoin.collector.request_list import RequestFilter, list_requests
     from tracejoin.cli import render
 
-    wanted = RequestFilter(
-        slowest=slowest, errors=errors, worker=worker, route=route,
+    rows = _query(
+        db, "requests", slowest=slowest, errors=errors, worker=worker, route=route,
         since_ns=_time_arg(since, "--since"), until_ns=_time_arg(until, "--until"), limit=limit,
     )
-    with _open(db, read_only=True) as store:
-        rows = list_requests(store, wanted)
     if as_json:
         render.print_json(rows)
     else:
@@ -119,11 +138,9 @@ def requests(
 @app.command()
 def coverage(db: Optional[str] = DbOption, as_json: bool = JsonOption):
     """How many replies join to their workers' records; engine-side records no reply reaches."""
-    from tracejoin.collector.coverage import coverage as measure
     from tracejoin.cli import render
 
-    with _open(db, read_only=True) as store:
-        result = measure(store)
+    result = _query(db, "coverage")
     if as_json:
         render.print_json(result)
     else:
@@ -135,24 +152,62 @@ def quarantine(db: Optional[str] = DbOption, as_json: bool = JsonOption, limit: 
     """List lines that could not be read, with their file, line, byte offset and reason."""
     from tracejoin.cli import render
 
-    with _open(db, read_only=True) as store:
-        cur = store.con.execute(
-            'SELECT path, line_no, "offset", reason, excerpt FROM quarantine ORDER BY path, line_no LIMIT ?', [limit]
-        )
-        rows = [dict(zip(("path", "line", "offset", "reason", "excerpt"), r)) for r in cur.fetchall()]
-    render.table_of_rows(rows, as_json, title="quarantined lines")
+    render.table_of_rows(_query(db, "quarantine", limit=limit), as_json, title="quarantined lines")
+
+
+@app.command()
+def collect(
+    db: Optional[str] = DbOption,
+    otlp_grpc: str = typer.Option("127.0.0.1:4317", "--otlp-grpc", metavar="H:P",
+                                  help="OTLP/gRPC receiver address (:P is loopback; `off`: none)."),
+    otlp_http: str = typer.Option("127.0.0.1:4318", "--otlp-http", metavar="H:P",
+                                  help="OTLP/HTTP receiver address (:P is loopback; `off`: none)."),
+    watch: List[str] = typer.Option([], "--watch", metavar="PATH", help="A file or folder to follow; repeatable."),
+    scrape: List[str] = typer.Option([], "--scrape", metavar="URL",
+                                     help="A legacy TensorRT-LLM /perf_metrics URL to poll; repeatable."),
+    scrape_interval: float = typer.Option(2.0, "--scrape-interval", metavar="S", help="Seconds between polls."),
+    snapshot_interval: float = typer.Option(30.0, "--snapshot-interval", metavar="S",
+                                            help="Seconds between read-only copies at DB.snapshot.duckdb."),
+    token: Optional[str] = typer.Option(None, "--token", envvar="TRACEJOIN_TOKEN",
+                                        help="Bearer token the OTLP receivers require."),
+    max_body: int = typer.Option(20 << 20, "--max-body", metavar="BYTES",
+                                 help="Largest OTLP request, before and after decompression."),
+):
+    """Receive OTLP, follow files, poll /perf_metrics, and store it all as it comes, until SIGTERM or
+    Ctrl-C. Reads (lookup, requests, coverage) keep working meanwhile (docs/collector.md)."""
+    from pathlib import Path
+
+    from tracejoin.collector.collect import CollectConfig, CollectError, collect as run_collector
+    from tracejoin.collector.store import StoreError, default_db_path
+
+    config = CollectConfig(
+        db=Path(db or default_db_path()),
+        otlp_grpc=None if otlp_grpc == "off" else otlp_grpc,
+        otlp_http=None if otlp_http == "off" else otlp_http,
+        watch=watch, scrape=scrape, scrape_interval_s=scrape_interval, snapshot_interval_s=snapshot_interval,
+        token=token, max_body=max_body,
+    )
+    try:
+        run_collector(config, say=lambda line: print(line, flush=True),
+                      report=lambda line: print(f"trace-join collect: {line}", file=sys.stderr, flush=True))
+    except (CollectError, StoreError) as e:
+        raise Failure(str(e)) from None
 
 
 @app.command()
 def demo(
     db: Optional[str] = DbOption,
-    folder: str = typer.Option("tracejoin-demo", help="Where the demo writes the records it ingests."),
+    folder: str = typer.Option("tracejoin-demo", help="Where each run writes its records, in a run-<UTC time> folder."),
 ):
-    """Build a small disaggregated deployment's records, ingest them and look a reply up."""
-    from tracejoin.cli import demo as run_demo
+    """Run a disaggregated deployment on loopback, send it requests, ingest what it recorded and look a
+    reply up."""
+    from tracejoin.cli.demo import DeploymentError, run_demo
 
     with _open(db, read_only=False) as store:
-        run_demo.dynamo_sample(store, folder)
+        try:
+            run_demo(store, folder)
+        except DeploymentError as e:
+            raise Failure(str(e)) from None
 
 
 @app.command()

@@ -23,7 +23,7 @@ from .store import Origin, Store
 
 HEAD = 4096  # bytes hashed to recognize a file
 MAX_LINE = 1 << 20  # longer lines are quarantined, not parsed, unless a source allows more
-_OWN_FILES = (".duckdb", ".duckdb.wal")  # a store kept next to the logs it was made from
+_OWN_FILES = (".duckdb", ".duckdb.wal", ".collector.json")  # a store (and its collector's files) kept next to the logs
 BATCH_RECORDS = 50_000
 SNIFF_LINES = 20
 
@@ -134,11 +134,14 @@ def iter_lines(f, start: int, max_line: int = MAX_LINE,
 
 
 class Ingester:
-    """Reads files into one store; `progress(bytes_done)` is called as bytes are consumed."""
+    """Reads files into one store; `progress(bytes_done)` is called as bytes are consumed.
+    `batch_records`: records per transaction (the collector commits smaller batches, more often)."""
 
-    def __init__(self, store: Store, progress: Callable[[int], None] | None = None):
+    def __init__(self, store: Store, progress: Callable[[int], None] | None = None,
+                 batch_records: int = BATCH_RECORDS):
         self.store = store
         self.progress = progress or (lambda n: None)
+        self.batch_records = batch_records
 
     def ingest_paths(self, paths: list[str]) -> IngestResult:
         result = IngestResult()
@@ -152,23 +155,26 @@ class Ingester:
         self.store.learn_worker_roles(first_new)
         return result
 
-    def ingest_file(self, path: Path, result: IngestResult, *, named: bool = True) -> None:
+    def ingest_file(self, path: Path, result: IngestResult, *, named: bool = True,
+                    max_bytes: int | None = None) -> bool:
+        """Read the file from where its origin stopped. `max_bytes`: stop after the batch that
+        passes this many bytes (the collector's writer takes turns); True when it stopped early."""
         f, compressed = _open(path)
         with f:
             try:
                 head = f.read(HEAD)
             except (OSError, EOFError) as e:
                 result.errors.append(f"{path}: unreadable ({e})")
-                return
+                return False
             if not head:
-                return
+                return False
             module = sources.detect(str(path), _head_lines(head))
             if module is None:
                 if named:
                     result.errors.append(f"{path}: not a format trace-join reads (see docs/formats.md)")
                 else:
                     result.skipped.append(str(path))
-                return
+                return False
             origin = self._origin_for(path, module.NAME, head, compressed)
             summary = result.by_source.setdefault(module.NAME, SourceSummary())
             summary.files += 1
@@ -177,7 +183,7 @@ class Ingester:
                 _skip(f, origin.consumed)
             else:
                 f.seek(origin.consumed)
-            self._read(f, path, origin, module, summary, result)
+            return self._read(f, path, origin, module, summary, result, max_bytes)
 
     def _origin_for(self, path: Path, source: str, head: bytes, compressed: bool) -> Origin:
         store = self.store
@@ -186,8 +192,8 @@ class Ingester:
             if head_len > len(head):
                 continue
             fingerprint = hashlib.sha256(head[:head_len]).hexdigest()
-            origin = store.find_origin(head_len, fingerprint)
-            if origin is None or (size is not None and origin.consumed > size):
+            origin = store.find_origin(head_len, fingerprint, size)
+            if origin is None:
                 continue
             if head_len < len(head):  # the file grew: recognize it by its longer head from now on
                 origin.head_len = len(head)
@@ -200,13 +206,14 @@ class Ingester:
             return origin
         return store.new_origin(str(path), source, len(head), hashlib.sha256(head).hexdigest())
 
-    def _read(self, f, path: Path, origin: Origin, module, summary: SourceSummary, result: IngestResult):
+    def _read(self, f, path: Path, origin: Origin, module, summary: SourceSummary, result: IngestResult,
+              max_bytes: int | None) -> bool:
         parser = module.LineParser(str(path))
         if origin.worker:
             parser.worker, parser.role = origin.worker, origin.role
         batch = BatchBuilder(module.NAME, origin.origin_id)
         line_no = origin.lines
-        consumed = origin.consumed
+        start = consumed = origin.consumed
         max_line = getattr(module, "MAX_LINE", MAX_LINE)
         for offset, line, length, terminated in iter_lines(f, origin.consumed, max_line):
             line_no += 1
@@ -227,9 +234,12 @@ class Ingester:
                     for seq, record in enumerate(records):
                         batch.add(record, offset, seq)
             consumed = offset + length + (1 if terminated else 0)
-            if len(batch) >= BATCH_RECORDS:
+            if len(batch) >= self.batch_records:
                 self._flush(batch, origin, parser, consumed, line_no, summary, result)
+                if max_bytes is not None and consumed - start >= max_bytes:
+                    return True
         self._flush(batch, origin, parser, consumed, line_no, summary, result)
+        return False
 
     def _flush(self, batch, origin, parser, consumed, line_no, summary, result) -> None:
         self.progress(consumed - origin.consumed)

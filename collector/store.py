@@ -10,6 +10,7 @@ position that runs ahead of what was stored.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -84,6 +85,18 @@ FROM records r
 JOIN origins o USING (origin_id)
 LEFT JOIN worker_roles wr ON wr.instance_id = regexp_extract(coalesce(r.worker, o.worker), '[^:]+$');
 
+-- Bodies the collector received over the network (an OTLP export, a /perf_metrics answer), one
+-- row each, stored in the same transaction as their records: a client retrying a body whose answer
+-- it lost is acknowledged without storing it twice (`sha256`). A scraped answer is stored raw first
+-- (`body`), because the endpoint forgets what it returned, and cleared once parsed.
+CREATE TABLE IF NOT EXISTS received (
+    origin_id INTEGER NOT NULL,
+    "offset"  BIGINT NOT NULL,     -- the body's number in its origin, = records."offset"
+    sha256    VARCHAR NOT NULL,
+    received  TIMESTAMP NOT NULL,
+    body      BLOB                 -- a scraped body not parsed yet
+);
+
 CREATE TABLE IF NOT EXISTS quarantine (
     origin_id INTEGER NOT NULL,
     path      VARCHAR NOT NULL,
@@ -96,11 +109,16 @@ CREATE TABLE IF NOT EXISTS quarantine (
 
 INDEXES = """
 CREATE INDEX IF NOT EXISTS record_ids_value ON record_ids (value);
+CREATE INDEX IF NOT EXISTS received_sha256 ON received (sha256);
 """
 
 
 class StoreError(Exception):
     """A database that cannot be used as it is; the message says what to do."""
+
+
+class StoreLocked(StoreError):
+    """Another process holds the database (DuckDB lets one process write, and then no other read)."""
 
 
 def default_db_path() -> str:
@@ -116,7 +134,7 @@ def open_store(path: str | os.PathLike | None = None, *, read_only: bool = False
     except duckdb.IOException as e:
         msg = str(e).splitlines()[0]
         if "lock" in msg.lower():
-            raise StoreError(f"{path} is held by another process ({msg})") from None
+            raise StoreLocked(f"{path} is held by another process ({msg})") from None
         raise StoreError(f"cannot open {path}: {msg}") from None
     except duckdb.Error as e:
         raise StoreError(f"cannot open {path} as a DuckDB database: {str(e).splitlines()[0]}") from None
@@ -165,6 +183,9 @@ class Store:
                     f"{self.path} has schema version {version}, this trace-join uses {SCHEMA_VERSION}: "
                     f"ingest into a new database (--db NEW.duckdb) or use the trace-join release that wrote it"
                 )
+            if not read_only:  # tables added since the store was made (all statements are IF NOT EXISTS)
+                self.con.execute(SCHEMA)
+                self.con.execute(INDEXES)
             return
         tables = self.con.execute("SELECT count(*) FROM information_schema.tables").fetchone()[0]
         if tables:
@@ -182,11 +203,15 @@ class Store:
     def head_lengths(self) -> list[int]:
         return [r[0] for r in self.con.execute("SELECT DISTINCT head_len FROM origins").fetchall()]
 
-    def find_origin(self, head_len: int, fingerprint: str) -> Origin | None:
+    def find_origin(self, head_len: int, fingerprint: str, size: int | None = None) -> Origin | None:
+        """The origin whose first bytes hash so. `size`: the file's size now; an origin that read
+        further is another file with the same start (the file was truncated). Of several, the one
+        read last is the file being followed."""
         row = self.con.execute(
             "SELECT origin_id, path, source, head_len, fingerprint, consumed, lines, worker, role "
-            "FROM origins WHERE head_len = ? AND fingerprint = ? ORDER BY consumed DESC LIMIT 1",
-            [head_len, fingerprint],
+            "FROM origins WHERE head_len = ? AND fingerprint = ? AND consumed <= coalesce(?, consumed) "
+            "ORDER BY updated DESC, consumed DESC LIMIT 1",
+            [head_len, fingerprint, size],
         ).fetchone()
         return Origin(*row) if row else None
 
@@ -226,8 +251,10 @@ class Store:
         self._next_record_id += n
         return first
 
-    def write_batch(self, origin: Origin, records, ids, quarantined) -> None:
-        """Store one batch (Arrow tables) and the origin position it reaches, atomically."""
+    def write_batch(self, origin: Origin, records, ids, quarantined,
+                    also: Sequence[tuple[str, list | dict]] = ()) -> None:
+        """Store one batch (Arrow tables) and the origin position it reaches, atomically; `also`:
+        more (sql, parameters) statements that must commit or fail with it."""
         con = self.con
         con.execute("BEGIN")
         try:
@@ -243,6 +270,8 @@ class Store:
                 con.register("batch_quarantine", quarantined)
                 con.execute("INSERT INTO quarantine BY NAME SELECT * FROM batch_quarantine")
                 con.unregister("batch_quarantine")
+            for sql, parameters in also:
+                con.execute(sql, parameters)
             con.execute(
                 "UPDATE origins SET consumed = ?, lines = ?, worker = ?, role = ?, path = ?, updated = now() "
                 "WHERE origin_id = ?",

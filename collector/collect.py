@@ -1,0 +1,141 @@
+"""`trace-join collect`: the live collector, the one process that writes the store.
+
+It starts, on threads around one writer (writer.py):
+- the OTLP receivers, gRPC (otlp_grpc.py) and HTTP (otlp_http.py);
+- a tailer for the watched files and folders (tailer.py) and a scraper per /perf_metrics URL
+  (scraper.py);
+- the query endpoint that serves `lookup`, `requests`, `coverage` while it holds the database
+  (query_server.py), and the snapshot copy for Grafana (snapshot.py).
+
+SIGTERM and SIGINT stop it cleanly: receivers stop taking calls and answer the ones in flight,
+the tailer and scrapers finish their turn, the writer commits everything queued, a last snapshot
+is published, and the endpoint file is removed.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from .http_server import HttpServer
+from .otlp import MAX_BODY
+from .otlp_grpc import OtlpGrpcServer
+from .otlp_http import otlp_http_app
+from .query_server import new_token, query_app, write_endpoint_file
+from .remote import endpoint_file
+from .scraper import Scraper
+from .snapshot import INTERVAL_S, Snapshotter, publish, snapshot_path
+from .store import Store, open_store
+from .tailer import Tailer
+from .writer import Writer
+
+HTTP_CONCURRENCY = 32  # OTLP/HTTP requests served at once; more are answered 503
+
+
+@dataclass
+class CollectConfig:
+    db: Path
+    otlp_grpc: str | None = "127.0.0.1:4317"  # None: no gRPC receiver
+    otlp_http: str | None = "127.0.0.1:4318"
+    watch: list[str] = field(default_factory=list)
+    scrape: list[str] = field(default_factory=list)
+    scrape_interval_s: float = 2.0
+    snapshot_interval_s: float = INTERVAL_S
+    token: str | None = None
+    max_body: int = MAX_BODY
+
+
+class CollectError(Exception):
+    """The collector cannot start as configured (an address in use, say); one line for the user."""
+
+
+def collect(config: CollectConfig, say: Callable[[str], None], report: Callable[[str], None]) -> None:
+    """Run until SIGTERM or SIGINT. `say`: the lines that tell a user what runs where; `report`:
+    problems met while running (a file that cannot be read, an endpoint that does not answer)."""
+    store = open_store(config.db)  # StoreError when another process holds it
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    writer = Writer(store, report)
+    writer.start()
+    # Readers get cursors (connections of their own) from a connection the writer never uses.
+    readers, readers_lock = store.con.cursor(), threading.Lock()
+
+    def connect() -> Store:
+        with readers_lock:
+            return Store(readers.cursor(), store.path)
+
+    receivers: list = []
+    threads: list[threading.Thread] = []
+    queries = None
+    started = False
+    try:
+        token = new_token()
+        queries = _start(lambda: HttpServer(query_app(connect, token), "127.0.0.1:0"), "the query endpoint")
+        endpoint = write_endpoint_file(store.path, f"http://{queries.address}", token)
+        if config.otlp_grpc:
+            grpc_server = _start(lambda: OtlpGrpcServer(writer, config.otlp_grpc, max_body=config.max_body,
+                                                        token=config.token), f"OTLP/gRPC on {config.otlp_grpc}")
+            receivers.append(grpc_server)
+            say(f"otlp-grpc  {grpc_server.address}")
+        if config.otlp_http:
+            app = otlp_http_app(writer, max_body=config.max_body, token=config.token)
+            http_server = _start(lambda: HttpServer(app, config.otlp_http, limit_concurrency=HTTP_CONCURRENCY),
+                                 f"OTLP/HTTP on {config.otlp_http}")
+            receivers.append(http_server)
+            say(f"otlp-http  http://{http_server.address}  (/v1/traces, /v1/logs)")
+        if config.watch:
+            threads.append(_thread("tailer", Tailer(writer, config.watch, report).run, stop))
+            for path in config.watch:
+                say(f"watch      {path}")
+        for url in config.scrape:
+            threads.append(_thread(f"scrape {url}", Scraper(writer, url, config.scrape_interval_s, report).run, stop))
+            say(f"scrape     {url}  every {config.scrape_interval_s:g} s")
+        threads.append(_thread("snapshot", Snapshotter(connect, writer, config.snapshot_interval_s, report).run, stop))
+        say(f"snapshot   {snapshot_path(store.path)}  every {config.snapshot_interval_s:g} s and on exit")
+        say(f"queries    http://{queries.address}  (address and token in {endpoint})")
+        say(f"collecting into {store.path}; SIGTERM or Ctrl-C stops")
+        started = True
+        while not stop.wait(1):
+            pass
+    finally:
+        stop.set()
+        for receiver in reversed(receivers):
+            receiver.stop()  # calls in flight still get their answer: the writer runs until below
+        for thread in threads:
+            thread.join()
+        writer.stop()
+        if started:
+            _last_snapshot(store, say, report)
+            say(f"stopped: {writer.records_stored} records stored this run")
+        if queries is not None:
+            queries.stop()
+        endpoint_file(store.path).unlink(missing_ok=True)
+        readers.close()
+        store.close()
+
+
+def _last_snapshot(store: Store, say: Callable[[str], None], report: Callable[[str], None]) -> None:
+    try:
+        say(f"snapshot   {publish(store)}")
+    except Exception as e:  # noqa: BLE001 - the store itself is committed; only the copy is stale
+        report(f"snapshot: {type(e).__name__}: {e}")
+
+
+def _start(make: Callable, what: str):
+    """Build and start a server, turning a bad address or a port in use into one clear line."""
+    try:
+        server = make()
+        server.start()
+    except (OSError, RuntimeError, ValueError) as e:
+        raise CollectError(f"cannot start {what}: {getattr(e, 'strerror', None) or e}") from None
+    return server
+
+
+def _thread(name: str, run: Callable[[threading.Event], None], stop: threading.Event) -> threading.Thread:
+    thread = threading.Thread(target=run, args=(stop,), name=name, daemon=True)
+    thread.start()
+    return thread

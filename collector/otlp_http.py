@@ -1,0 +1,122 @@
+"""The OTLP/HTTP receiver: `POST /v1/traces` and `/v1/logs`, protobuf or JSON, plain or gzip.
+
+Answers as the OTLP specification says (reference/formats-otel.md §2), in the request's content
+type: 200 once the records are committed (with `partialSuccess` when some were rejected), 400 for
+a body that is not an export request, 413 over the body limit, 415 for another content type, 401
+without the bearer token when one is set, and 503 with `Retry-After` when the writer's queue is
+full or the commit takes too long (a retried body that did get stored is recognized by its sha256).
+
+The body limit holds before and after decompression, and gzip is inflated as it streams in, never
+past the limit: a small gzip bomb costs at most the limit in memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import zlib
+
+import orjson
+from google.protobuf.json_format import MessageToDict
+from google.protobuf.message import Message
+from google.rpc import code_pb2, status_pb2
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from .http_server import bearer_matches
+from .otlp import LOGS, MAX_BODY, TRACES, Receiver, Signal, Undecodable, response
+from .writer import Busy, Writer
+
+ORIGIN = "otlp/http"
+ACK_TIMEOUT_S = 5  # then 503: exporters give up after 10 s by default
+RETRY_AFTER_S = "1"
+_FORMATS = {"application/x-protobuf": "protobuf", "application/json": "json"}
+
+
+class TooLarge(Exception):
+    pass
+
+
+def otlp_http_app(writer: Writer, *, max_body: int = MAX_BODY, token: str | None = None) -> Starlette:
+    receiver = Receiver(ORIGIN)
+
+    async def export(request: Request, signal: Signal) -> Response:
+        fmt = _FORMATS.get(request.headers.get("content-type", "").split(";")[0].strip().lower())
+        if fmt is None:
+            return _failure("json", 415, code_pb2.INVALID_ARGUMENT,
+                            "Content-Type must be application/x-protobuf or application/json")
+        if not bearer_matches(request.headers.get("authorization"), token):
+            return _failure(fmt, 401, code_pb2.UNAUTHENTICATED, "a bearer token is required")
+        try:
+            raw = await read_body(request, max_body)
+            decode = receiver.decode_protobuf if fmt == "protobuf" else receiver.decode_json
+            decoded = await run_in_threadpool(decode, signal, raw)
+        except TooLarge as e:
+            return _failure(fmt, 413, code_pb2.RESOURCE_EXHAUSTED, str(e))
+        except Undecodable as e:
+            return _failure(fmt, 400, code_pb2.INVALID_ARGUMENT, str(e))
+        if decoded.records:
+            try:
+                committed = writer.submit(receiver.body(raw, decoded), wait=False)
+                # shield: a timeout must not cancel the writer's future; the body may still commit.
+                await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(committed)), ACK_TIMEOUT_S)
+            except Busy as e:
+                return _retry_later(fmt, f"the collector is busy: {e}")
+            except asyncio.TimeoutError:
+                return _retry_later(fmt, f"not committed within {ACK_TIMEOUT_S} s")
+            except Exception as e:  # noqa: BLE001 - the store failed: nothing was acknowledged
+                return _retry_later(fmt, f"not stored: {type(e).__name__}: {e}")
+        return _answer(fmt, 200, response(signal, decoded))
+
+    async def traces(request: Request) -> Response:
+        return await export(request, TRACES)
+
+    async def logs(request: Request) -> Response:
+        return await export(request, LOGS)
+
+    return Starlette(routes=[Route("/v1/traces", traces, methods=["POST"]), Route("/v1/logs", logs, methods=["POST"])])
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The body, inflated when gzip; TooLarge as soon as it passes `limit` either way."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise TooLarge(f"body of {declared} bytes is over the {limit}-byte limit")
+    encoding = request.headers.get("content-encoding", "identity").strip().lower()
+    if encoding not in ("identity", "gzip"):
+        raise Undecodable(f"Content-Encoding {encoding!r} is not supported (gzip is)")
+    inflate = zlib.decompressobj(wbits=16 + zlib.MAX_WBITS) if encoding == "gzip" else None
+    received = 0
+    body = bytearray()
+    async for chunk in request.stream():
+        received += len(chunk)
+        if received > limit:
+            raise TooLarge(f"body is over the {limit}-byte limit")
+        if inflate is not None:
+            try:
+                # At most one byte past the limit comes out; the rest stays compressed, unread.
+                chunk = inflate.decompress(chunk, limit + 1 - len(body))
+            except zlib.error as e:
+                raise Undecodable(f"not gzip: {e}") from None
+        body += chunk
+        if len(body) > limit:
+            raise TooLarge(f"body is over the {limit}-byte limit once decompressed")
+    if inflate is not None and (not inflate.eof or inflate.unused_data):
+        raise Undecodable("the gzip stream is cut short or followed by other data")
+    return bytes(body)
+
+
+def _answer(fmt: str, status: int, message: Message, headers: dict | None = None) -> Response:
+    if fmt == "protobuf":
+        return Response(message.SerializeToString(), status, headers, media_type="application/x-protobuf")
+    return Response(orjson.dumps(MessageToDict(message)), status, headers, media_type="application/json")
+
+
+def _failure(fmt: str, status: int, code: int, text: str, headers: dict | None = None) -> Response:
+    return _answer(fmt, status, status_pb2.Status(code=code, message=text), headers)
+
+
+def _retry_later(fmt: str, text: str) -> Response:
+    return _failure(fmt, 503, code_pb2.UNAVAILABLE, text, {"Retry-After": RETRY_AFTER_S})

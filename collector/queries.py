@@ -1,0 +1,47 @@
+"""The read queries behind `lookup`, `requests`, `coverage` and `quarantine`, by name.
+
+Each takes a store and JSON parameters and returns JSON-ready data. The command runs it on the
+database itself when it can open it; while `trace-join collect` holds the database, the collector
+runs the same function under its own connection (query_server.py) and sends the result back
+(remote.py). Either way the command prints the same.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from .coverage import coverage
+from .lookup import Window, lookup
+from .request_list import RequestFilter, list_requests
+from .store import Store
+
+
+def _lookup(store: Store, p: dict) -> dict:
+    return lookup(store, p["id"], Window(p.get("since_ns"), p.get("until_ns")))
+
+
+def _requests(store: Store, p: dict) -> list[dict]:
+    return list_requests(store, RequestFilter(**p))
+
+
+def _coverage(store: Store, p: dict) -> dict:
+    return coverage(store)
+
+
+def _quarantine(store: Store, p: dict) -> list[dict]:
+    cur = store.con.execute(
+        'SELECT path, line_no, "offset", reason, excerpt FROM quarantine ORDER BY path, line_no LIMIT ?', [p["limit"]]
+    )
+    return [dict(zip(("path", "line", "offset", "reason", "excerpt"), row)) for row in cur.fetchall()]
+
+
+QUERIES: dict[str, Callable[[Store, dict], Any]] = {
+    "lookup": _lookup,
+    "requests": _requests,
+    "coverage": _coverage,
+    "quarantine": _quarantine,
+}
+
+
+def run_query(store: Store, name: str, params: dict) -> Any:
+    return QUERIES[name](store, params)
