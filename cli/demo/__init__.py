@@ -1,0 +1,85 @@
+"""`trace-join demo`: a disaggregated TensorRT-LLM deployment's records, made by a running one on
+loopback, ingested and looked up; nothing to configure.
+
+The deployment is trace-join's own (TensorRT-LLM needs a GPU): a router and two context and two
+generation workers, Starlette apps behind TraceJoinMiddleware, each a process of its own
+(deployment.py), writing TensorRT-LLM's records (trtllm_formats.py: perf-metrics JSONL, hook
+records, text logs, `llm_request` spans) beside trace-join's own lines and spans. traffic.py sends
+them a mix of requests; then this module ingests the run's folder, looks up one Responses reply
+(the one whose context request was retried, when it was), summarizes coverage and prints the next
+commands to try, with this run's ids.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from tracejoin.cli import render
+from tracejoin.collector.coverage import coverage
+from tracejoin.collector.ingest import Ingester
+from tracejoin.collector.lookup import lookup
+from tracejoin.collector.store import Store
+
+from .deployment import Deployment, DeploymentError
+from .traffic import Sent, send_traffic
+
+__all__ = ["DeploymentError", "run_demo"]
+
+_DISAGG_RESPONSES_REPLY = re.compile(r"resp_(\d+)_[0-9a-f]{16}")
+
+
+def run_demo(store: Store, folder: str) -> None:
+    # Each run writes a folder of its own, so nothing an earlier run (or anyone) left is touched.
+    out = (Path(folder) / datetime.now(timezone.utc).strftime("run-%Y%m%dT%H%M%SZ")).resolve()
+    started = time.monotonic()
+    with Deployment(out) as deployment:
+        print("A disaggregated deployment on loopback: trace-join's stand-ins for trtllm-serve")
+        for server in deployment.servers:
+            print(f"  {server.name:<7} {server.address:<16} pid {server.process.pid}")
+        sent = asyncio.run(send_traffic(deployment.router_url))
+    print(f"\nsent {len(sent)} requests; the deployment ran for {time.monotonic() - started:.1f} s")
+    for request in sent:
+        print(f"  {request.status or '-':<4} {request.reply_id or '-':<48} {request.what}"
+              + (f"  [x-request-id {request.x_request_id}]" if request.x_request_id else ""))
+
+    replies = [s.reply_id for s in sent if s.path == "/v1/responses" and s.status == 200 and s.reply_id]
+    if not replies:
+        raise DeploymentError(f"no Responses request went through; the processes' logs are in {out / 'logs'}")
+
+    print(f"\n$ trace-join ingest {out}\n")
+    render.ingest_summary(Ingester(store).ingest_paths([str(out)]), as_json=False)
+    reply = replies[0]  # the retried request's, when it went through: it was sent first
+    print(f"\n$ trace-join lookup {reply}\n")
+    found = lookup(store, reply)
+    render.lookup_text(found)
+    print("\n$ trace-join coverage\n")
+    render.coverage_text(coverage(store))
+    _print_next(store, sent, reply, found)
+
+
+def _print_next(store: Store, sent: list[Sent], reply: str, found: dict) -> None:
+    db = store.path
+    disagg_ids = [d for request in found["requests"] for d in request["ids"]["disagg_request_id"]]
+    named_after = _DISAGG_RESPONSES_REPLY.fullmatch(reply)
+    first_disagg = named_after.group(1) if named_after else None
+    session = next((s.x_request_id for s in sent if s.x_request_id), None)
+    sharing = sum(1 for s in sent if s.x_request_id == session)
+    lines = [
+        (f"trace-join lookup --db {db} {reply} --json", "the same, for scripts"),
+        (f"trace-join requests --db {db} --slowest", "where the time went (docs/runbook.md)"),
+        (f"trace-join requests --db {db} --errors", "the failed, the retried and the cut-short requests"),
+        (f"trace-join ingest --db {db} YOUR-LOGS/", "your deployment's records (docs/integrations/trtllm.md)"),
+    ]
+    if first_disagg and len(disagg_ids) > 1:
+        lines.insert(0, (f"trace-join lookup --db {db} {first_disagg}",
+                         "the disagg id its retry abandoned: the same request"))
+    if session:
+        lines.insert(1, (f"trace-join lookup --db {db} {session}", f"an x-request-id {sharing} requests share"))
+    width = max(len(command) for command, _ in lines)
+    print("\nNext, with this run's ids:")
+    for command, why in lines:
+        print(f"  {command:<{width}}  # {why}")

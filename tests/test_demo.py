@@ -1,0 +1,173 @@
+"""`trace-join demo` end to end: a real disaggregated deployment on loopback (a router, two context
+and two generation workers, each its own process), its traffic, ingest, and what `lookup`,
+`requests` and `coverage` then say.
+
+The demo runs once, as a user runs it. What the processes actually did is read back from the
+middleware's own lines (tracejoin/*.jsonl), which name every request, worker, engine request id
+and disagg request id as they happened; trace-join's answers are checked against that. The
+middleware names a worker `host:port` and TensorRT-LLM's files name the same process `host:pid`;
+the `process` field on the middleware's lines says which is which, so answers are compared process
+by process.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+DEMO_TIMEOUT_S = 120
+DISAGG_RESPONSES_REPLY = re.compile(r"resp_(\d+)_[0-9a-f]{16}")
+
+
+def trace_join(*args) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "TRACEJOIN_DEBUG"}
+    return subprocess.run([sys.executable, "-m", "tracejoin.cli.main", *map(str, args)],
+                          capture_output=True, text=True, env=env, timeout=DEMO_TIMEOUT_S)
+
+
+@dataclass
+class Demo:
+    db: Path
+    output: str
+    lines: list[dict]  # every line the middleware wrote, in every process
+
+    def query(self, *args) -> object:
+        run = trace_join(*args, "--db", self.db, "--json")
+        assert run.returncode == 0, run.stderr
+        return json.loads(run.stdout)
+
+    def lookup(self, value: str) -> list[dict]:
+        return self.query("lookup", value)["requests"]
+
+    def process(self, worker: str) -> str:
+        """The process a worker name denotes: `host:pid` as is, `host:port` through the middleware."""
+        aliases = {line["worker"]: line["process"] for line in self.lines}
+        return aliases.get(worker, worker)
+
+    def ends(self, **fields) -> list[dict]:
+        return [line for line in self.lines if line["event"] == "request.end" and fields.items() <= line.items()]
+
+    def starts(self, **fields) -> list[dict]:
+        return [line for line in self.lines if line["event"] == "request.start" and fields.items() <= line.items()]
+
+
+def members(request: dict) -> tuple:
+    """A looked-up request's ids and records, whatever the order and the placement of its records."""
+    records = sorted((r["source"], r["kind"], r["worker"], r["summary"]) for r in request["records"])
+    return json.dumps(request["ids"], sort_keys=True), records
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory) -> Demo:
+    folder = tmp_path_factory.mktemp("demo")
+    db = folder / "demo.duckdb"
+    run = trace_join("demo", "--db", db, "--folder", folder / "records")
+    assert run.returncode == 0, run.stdout + run.stderr
+    lines = [json.loads(line) for path in sorted(folder.glob("records/run-*/tracejoin/*.jsonl"))
+             for line in path.read_text().splitlines()]
+    processes = {line["process"] for line in lines}
+    assert len(processes) == 5, processes  # a router and four workers, each a process of its own
+    return Demo(db, run.stdout, lines)
+
+
+def test_a_responses_reply_joins_the_router_and_its_two_workers_and_nothing_else(demo):
+    router_ends = [end for end in demo.ends(role="router", status=200)
+                   if end.get("reply_id", "").startswith("resp_")
+                   and DISAGG_RESPONSES_REPLY.fullmatch(end["reply_id"]).group(1) == end["disagg_request_id"]]
+    assert router_ends, "no Responses reply that went through without a retry"
+    reply = router_ends[0]["reply_id"]
+    # Both workers answered under the name the router gave the request.
+    [ctx] = demo.ends(role="ctx", reply_id=reply)
+    [gen] = demo.ends(role="gen", reply_id=reply)
+    expected = {demo.process(router_ends[0]["worker"]): None, ctx["process"]: ctx["engine_request_id"],
+                gen["process"]: gen["engine_request_id"]}
+    # The test means something only if another worker issued one of the same engine ids.
+    reused = [end for end in demo.ends() if end["role"] in ("ctx", "gen") and end["process"] not in expected
+              and end.get("engine_request_id") in (ctx["engine_request_id"], gen["engine_request_id"])]
+    assert reused
+
+    [request] = demo.lookup(reply)
+    assert {demo.process(w["worker"]) for w in request["workers"]} == set(expected)
+    assert {demo.process(r["worker"]) for r in request["records"]} == set(expected)
+    engine_ids = request["ids"]["engine_request_id"]
+    assert {(demo.process(e["worker"]), e["id"]) for e in engine_ids} == {
+        (ctx["process"], ctx["engine_request_id"]), (gen["process"], gen["engine_request_id"])}
+    # TensorRT-LLM's own records of both workers joined, under the name their files give the process.
+    for process in (ctx["process"], gen["process"]):
+        assert {"worker": process, "id": expected[process]} in engine_ids
+        kinds = {(r["source"], r["kind"]) for r in request["records"] if r["worker"] == process}
+        assert {("perf_metrics_jsonl", "perf"), ("trtllm_hook", "hook"), ("otlp_json", "span")} <= kinds
+    router_perf = [r for r in request["records"] if r["source"] == "perf_metrics_jsonl" and r["role"] == "router"]
+    assert len(router_perf) == 1 and router_perf[0]["time"] is not None  # placed on the wall clock
+
+
+def test_the_retried_request_is_found_by_both_disagg_ids_and_keeps_its_failed_attempt(demo):
+    [end] = [end for end in demo.ends(role="router") if end.get("reply_id", "").startswith("resp_")
+             and DISAGG_RESPONSES_REPLY.fullmatch(end["reply_id"]).group(1) != end["disagg_request_id"]]
+    reply, last_disagg = end["reply_id"], end["disagg_request_id"]
+    first_disagg = DISAGG_RESPONSES_REPLY.fullmatch(reply).group(1)  # named once, before the retry
+    [failed] = demo.ends(role="ctx", disagg_request_id=first_disagg, status=500)
+    [retry] = demo.ends(role="ctx", disagg_request_id=last_disagg, status=200)
+    assert failed["process"] != retry["process"]
+
+    [by_reply] = demo.lookup(reply)
+    [by_first] = demo.lookup(first_disagg)
+    [by_last] = demo.lookup(last_disagg)
+    assert members(by_first) == members(by_reply) and members(by_last) == members(by_reply)
+    assert set(by_reply["ids"]["disagg_request_id"]) == {first_disagg, last_disagg}
+    assert {failed["internal_id"], retry["internal_id"]} <= set(by_reply["ids"]["internal_id"])
+    assert {(demo.process(r["worker"]), r["role"]) for r in by_reply["records"]} >= {
+        (failed["process"], "ctx"), (retry["process"], "ctx")}
+    # The abandoned attempt joins this request and no other.
+    rows = demo.query("requests", "--limit", "100")
+    holding = [row for row in rows if failed["internal_id"] in row["internal_ids"]]
+    assert [row["reply_ids"] for row in holding] == [[reply]]
+    assert demo.query("coverage")["orphans"]["records"] == 0
+
+
+def test_a_shared_x_request_id_lists_every_request_that_sent_it(demo):
+    session = next(start["x_request_id"] for start in demo.starts(role="router") if "x_request_id" in start)
+    sent = {start["internal_id"] for start in demo.starts(role="router", x_request_id=session)}
+    assert len(sent) > 1
+
+    requests = demo.lookup(session)
+    assert len(requests) == len(sent)
+    found = [sent & set(request["ids"]["internal_id"]) for request in requests]
+    assert all(len(ids) == 1 for ids in found) and set().union(*found) == sent
+
+
+def test_the_failing_request_shows_its_error_status(demo):
+    [router_end] = demo.ends(role="router", status=500)
+    [gen_end] = demo.ends(role="gen", status=500)
+
+    [request] = demo.lookup(router_end["internal_id"])
+    failed = {demo.process(r["worker"]) for r in request["records"]
+              if r["summary"].startswith("ERROR · request.end") and "status=500" in r["summary"]}
+    assert failed == {demo.process(router_end["worker"]), gen_end["process"]}
+    errors = demo.query("requests", "--errors")
+    assert [row["http_status"] for row in errors if router_end["internal_id"] in row["internal_ids"]] == ["500"]
+
+
+def test_coverage_reports_every_reply_joined_to_both_workers(demo):
+    replies = len(demo.starts(role="router"))
+    result = demo.query("coverage")
+    assert result["replies"] == replies
+    assert result["joined"]["both_workers"] == replies
+    worker_processes = {line["process"] for line in demo.lines if line["role"] in ("ctx", "gen")}
+    assert worker_processes <= {demo.process(w["worker"]) for w in result["by_worker"] if w["replies"] > 0}
+
+
+def test_the_demo_says_what_to_run_next_with_this_runs_ids(demo):
+    [retried] = [end["reply_id"] for end in demo.ends(role="router") if end.get("reply_id", "").startswith("resp_")
+                 and DISAGG_RESPONSES_REPLY.fullmatch(end["reply_id"]).group(1) != end["disagg_request_id"]]
+    assert f"$ trace-join lookup {retried}" in demo.output
+    assert f"trace-join lookup --db {demo.db} {retried} --json" in demo.output
+    replies = len(demo.starts(role="router"))
+    assert f"joined to both workers (context and generation): {replies} (100%)" in demo.output
