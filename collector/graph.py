@@ -65,6 +65,9 @@ class IdGraph:
         self._rows: dict[str, list[tuple[int, str, str | None]]] = {}  # value -> (record, kind, scope)
         self._collisions: dict[tuple, Collision | None] = {}
         self.warnings: list[str] = []
+        # A scope (the worker an engine id belongs to) under the process's main name, so an engine
+        # id named by a perf file (host:pid) and by the middleware (host:port) is one key.
+        self._aliases = dict(con.execute("SELECT alias, worker FROM worker_aliases").fetchall())
 
     def _warn(self, message: str) -> None:
         if message not in self.warnings:
@@ -83,7 +86,7 @@ class IdGraph:
             for record_id, kind, value, scope in self.con.execute(
                 f"SELECT record_id, kind, value, scope FROM record_ids WHERE value IN ({marks})", chunk
             ).fetchall():
-                self._rows[value].append((record_id, kind, scope))
+                self._rows[value].append((record_id, kind, self._aliases.get(scope, scope)))
 
     def load(self, record_ids) -> None:
         """Fetch, once, the facts and ids of these records."""
@@ -101,7 +104,7 @@ class IdGraph:
             for record_id, kind, value, scope in self.con.execute(
                 f"SELECT record_id, kind, value, scope FROM record_ids WHERE record_id IN ({marks})", chunk
             ).fetchall():
-                self.nodes[record_id].ids.append((kind, value, scope))
+                self.nodes[record_id].ids.append((kind, value, self._aliases.get(scope, scope)))
 
     def carriers(self, values, kinds=None) -> list[tuple[int, str]]:
         """(record, kind) of every record carrying one of these values (as an id of `kinds`)."""

@@ -247,7 +247,9 @@ class Ingester:
         origin.worker, origin.role = parser.worker, parser.role
         n = batch.record_count
         records, ids, quarantined = batch.tables(self.store.allocate_record_ids(n))
-        self.store.write_batch(origin, records, ids, quarantined)
+        aliases = [("INSERT OR REPLACE INTO worker_aliases VALUES (?, ?)", [alias, worker])
+                   for alias, worker in getattr(parser, "aliases", {}).items()]
+        self.store.write_batch(origin, records, ids, quarantined, also=aliases)
         summary.records += n
         summary.quarantined += batch.quarantine_count
         for i in range(min(batch.quarantine_count, 5 - len(result.quarantine_samples))):

@@ -36,10 +36,11 @@ SELECT kind, value, scope FROM entries GROUP BY kind, value, scope HAVING count(
 UNION SELECT * FROM siblings;
 
 CREATE OR REPLACE TEMP TABLE edges AS
-WITH keyed AS (
-    SELECT i.record_id, i.kind, i.value, i.scope, r.trace_id,
+WITH keyed AS (  -- scopes under the process's main name (store.py: worker_aliases)
+    SELECT i.record_id, i.kind, i.value, coalesce(a.worker, i.scope) AS scope, r.trace_id,
            c.kind IS NOT NULL AS is_collided
     FROM record_ids i JOIN records r USING (record_id)
+    LEFT JOIN worker_aliases a ON a.alias = i.scope
     LEFT JOIN collided c ON c.kind = i.kind AND c.value = i.value AND c.scope IS NOT DISTINCT FROM i.scope
     WHERE {_KEY_FILTER}
 ), grouped AS (

@@ -74,16 +74,33 @@ CREATE TABLE IF NOT EXISTS worker_roles (
     role        VARCHAR NOT NULL
 );
 
--- Each record's worker and role, settled: the file's identity where the record names none, and
--- the role the entry server gave a worker whose own records only say `worker`.
+-- One process known by two names: trace-join's middleware names a worker host:port, TensorRT-LLM's
+-- perf-metrics and hook files name the same process host:pid. `alias` is shown as `worker`.
+CREATE TABLE IF NOT EXISTS worker_aliases (
+    alias  VARCHAR PRIMARY KEY,
+    worker VARCHAR NOT NULL
+);
+
+-- Each record's worker and role, settled: the file's identity where the record names none, under
+-- the process's main name; a role where the record's source knows none (a hook file) or only
+-- `worker`: the one the entry server gave it (Dynamo), else the one its other files state.
 CREATE OR REPLACE VIEW record_workers AS
-SELECT r.record_id,
-       coalesce(r.worker, o.worker) AS worker,
-       CASE WHEN coalesce(r.role, o.role) = 'worker' THEN coalesce(wr.role, 'worker')
-            ELSE coalesce(r.role, o.role) END AS role
-FROM records r
-JOIN origins o USING (origin_id)
-LEFT JOIN worker_roles wr ON wr.instance_id = regexp_extract(coalesce(r.worker, o.worker), '[^:]+$');
+WITH named AS (
+    SELECT r.record_id, coalesce(a.worker, r.worker, o.worker) AS worker, coalesce(r.role, o.role) AS role
+    FROM records r
+    JOIN origins o USING (origin_id)
+    LEFT JOIN worker_aliases a ON a.alias = coalesce(r.worker, o.worker)
+), stated_roles AS (
+    SELECT coalesce(a.worker, o.worker) AS worker, min(o.role) AS role
+    FROM origins o LEFT JOIN worker_aliases a ON a.alias = o.worker
+    WHERE o.role IS NOT NULL AND o.role <> 'worker'
+    GROUP BY 1 HAVING count(DISTINCT o.role) = 1
+)
+SELECT n.record_id, n.worker,
+       CASE WHEN n.role IS NULL OR n.role = 'worker' THEN coalesce(wr.role, s.role, n.role) ELSE n.role END AS role
+FROM named n
+LEFT JOIN worker_roles wr ON wr.instance_id = regexp_extract(n.worker, '[^:]+$')
+LEFT JOIN stated_roles s ON s.worker = n.worker;
 
 -- Bodies the collector received over the network (an OTLP export, a /perf_metrics answer), one
 -- row each, stored in the same transaction as their records: a client retrying a body whose answer

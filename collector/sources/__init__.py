@@ -8,7 +8,9 @@ A module provides:
     MAX_LINE: int (optional)                     longest line read, in bytes (default 1 MiB)
     LineParser(path: str)                        one per file: .parse(line) -> list[Record],
                                                  raising Unparseable(reason) for a bad line;
-                                                 .worker / .role: identity learned for the file
+                                                 .worker / .role: identity learned for the file;
+                                                 .aliases (optional): {other name: worker} of
+                                                 processes the file names two ways
 """
 
 from __future__ import annotations

@@ -19,6 +19,7 @@ ENTRY_ROLES = {"router", "frontend", "agg", "proxy"}
 _LIFTED = {
     "schema", "ts", "level", "event", "role", "worker", "internal_id", "x_request_id", "trace_id",
     "span_id", "parent_span_id", "reply_id", "disagg_request_id", "engine_request_id", "engine_worker",
+    "process",
 }
 
 
@@ -30,6 +31,7 @@ class LineParser:
     def __init__(self, path: str):
         self.worker: str | None = None
         self.role: str | None = None
+        self.aliases: dict[str, str] = {}
 
     def parse(self, line: bytes) -> list[Record]:
         obj = load_object(line)
@@ -40,6 +42,9 @@ class LineParser:
         role = field(obj, "role", (str,))
         if worker and not self.worker:
             self.worker, self.role = worker, role
+        process = field(obj, "process", (str,))
+        if worker and process and process != worker:
+            self.aliases[process] = worker  # host:pid, as TensorRT-LLM's files name this worker
         record = Record(
             kind="tap" if event == "proxy.tap" else "log",
             name=event,

@@ -75,3 +75,21 @@ def test_a_wrongly_typed_line_is_quarantined(tj, tmp_path):
     run = tj("ingest", path)
     assert run.code == 2
     assert "field 'status' is list" in run.err
+
+
+def test_a_process_named_two_ways_is_one_worker(tj, tmp_path):
+    """The middleware names a worker host:port and says its host:pid; TensorRT-LLM's perf-metrics
+    files (formats-trtllm.md §6, reproduced: TensorRT-LLM cannot run here) name it host:pid."""
+    middleware = write(tmp_path / "gen.jsonl", line(
+        "2026-11-30T10:40:30.000000Z", "request.end", role="gen", worker="gpu-2:8002", process="gpu-2:4242",
+        disagg_request_id="1099511627800", engine_request_id="3", engine_worker="gpu-2:4242", status=200))
+    perf = tmp_path / "perf_metrics-server-gpu-2-4242-20261130T104000Z.jsonl"
+    perf.write_bytes(orjson.dumps({
+        "request_id": 3, "perf_metrics": {"timing_metrics": {"arrival_time": 100.0, "first_token_time": 100.04,
+                                                             "last_token_time": 100.5}},
+        "disagg_request_id": 1099511627800, "ctx_request_id": 9, "status": "complete"}) + b"\n")
+    assert tj("ingest", middleware, perf).code == 0
+
+    [request] = tj("lookup", "1099511627800", "--json").json()["requests"]
+    assert [(w["worker"], w["role"], w["records"]) for w in request["workers"]] == [("gpu-2:8002", "gen", 2)]
+    assert request["ids"]["engine_request_id"] == [{"worker": "gpu-2:8002", "id": "3"}]
