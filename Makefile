@@ -17,5 +17,14 @@ demo: $(BIN)/trace-join
 test: $(BIN)/trace-join
 	$(BIN)/python -m pytest -q
 
+# Benchmarks (bench/, docs/performance.md); not part of `make test`. Arize Phoenix, the OTLP
+# baseline, gets a venv of its own so its many pins cannot change what trace-join runs with.
+# wrk drives the middleware benchmark (Debian: apt-get install -y wrk). BENCH_ARGS=--quick: a smoke run.
+bench: $(BIN)/trace-join
+	$(BIN)/pip install --quiet py-spy
+	test -x .venv-phoenix/bin/phoenix || { $(PYTHON) -m venv .venv-phoenix && .venv-phoenix/bin/pip install --quiet arize-phoenix; }
+	@command -v wrk >/dev/null || echo "bench: wrk not found, the middleware benchmark is skipped (apt-get install -y wrk)"
+	$(BIN)/python -m bench $(BENCH_ARGS)
+
 clean:
-	rm -rf $(VENV) .pytest_cache tracejoin.duckdb tracejoin.duckdb.wal
+	rm -rf $(VENV) .venv-phoenix .pytest_cache tracejoin.duckdb tracejoin.duckdb.wal

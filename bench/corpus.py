@@ -1,0 +1,256 @@
+"""Benchmark data: a fleet's Dynamo JSONL logs, written fast, and a large store built from them.
+
+`Corpus` writes what a disaggregated Dynamo fleet (F frontends, P prefill and D decode workers)
+logs for n requests. Its lines are collector/dynamo_sample.py's, byte for byte: the generator
+renders one request there, finds its ids in the text, and re-emits that text with each request's
+own ids (a thousand times faster than rendering every request). Ids are a pure function of the
+request number, in Python and in SQL alike, so `build_store` can clone the first requests'
+records inside DuckDB and get the store that ingesting the whole corpus would give (only the byte
+offsets are synthetic), in seconds instead of the hours trace-join ingest would take.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import hashlib
+import json
+import math
+import re
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from tracejoin.collector.dynamo_sample import DynamoSample
+from tracejoin.collector.ingest import Ingester
+from tracejoin.collector.store import INDEXES, open_store
+
+VERSION = 1  # bump when the lines change, so cached corpora are rebuilt
+FRONTENDS, PREFILLS, DECODES = 4, 6, 6  # 16 workers
+REQUESTS_PER_SECOND = 1000  # spreads request times over the corpus
+_TEMPLATE_X_REQUEST_ID = "XREQUESTIDTEMPLATE"
+
+
+@dataclass(frozen=True)
+class RequestIds:
+    internal_id: str
+    trace_id: str
+    spans: tuple[str, ...]  # http, to_prefill, to_decode, prefill, decode (DynamoSample's order)
+    x_request_id: str
+
+    @property
+    def reply_id(self) -> str:
+        return "chatcmpl-" + self.internal_id
+
+
+def request_ids(k: int) -> RequestIds:
+    """Request k's ids; _SQL_IDS computes the same in DuckDB."""
+    u = hashlib.md5(f"u{k}".encode()).hexdigest()
+    s = hashlib.sha256(f"s{k}".encode()).hexdigest() + hashlib.md5(f"v{k}".encode()).hexdigest()
+    return RequestIds(
+        internal_id=f"{u[:8]}-{u[8:12]}-{u[12:16]}-{u[16:20]}-{u[20:]}",
+        trace_id=hashlib.md5(f"t{k}".encode()).hexdigest(),
+        spans=tuple(s[16 * i:16 * i + 16] for i in range(5)),
+        x_request_id=f"xr-{k}",
+    )
+
+
+_SQL_IDS = """
+    SELECT k,
+           md5('u' || k) AS u,
+           substr(u, 1, 8) || '-' || substr(u, 9, 4) || '-' || substr(u, 13, 4) || '-' || substr(u, 17, 4)
+               || '-' || substr(u, 21) AS internal_id,
+           md5('t' || k) AS trace_id,
+           sha256('s' || k) || md5('v' || k) AS s,
+           substr(s, 1, 16) AS s0, substr(s, 17, 16) AS s1, substr(s, 33, 16) AS s2,
+           substr(s, 49, 16) AS s3, substr(s, 65, 16) AS s4,
+           'xr-' || k AS x_request_id
+    FROM range({first}, {stop}) t(k)
+"""
+_ID_COLUMNS = ("internal_id", "trace_id", "s0", "s1", "s2", "s3", "s4", "x_request_id")
+
+
+def _id_values(ids: RequestIds) -> tuple[str, ...]:
+    return (ids.internal_id, ids.trace_id, *ids.spans, ids.x_request_id)
+
+
+def workers_of(k: int) -> tuple[int, int, int]:
+    """The frontend, prefill and decode worker that serve request k."""
+    return k % FRONTENDS, k % PREFILLS, k % DECODES
+
+
+# Requests k and k + PERIOD go to the same workers, so their records differ only by ids and time.
+PERIOD = math.lcm(FRONTENDS, PREFILLS, DECODES)
+
+
+class _Template:
+    """One request as DynamoSample writes it, cut into literal text and the places its ids go."""
+
+    def __init__(self):
+        sample = DynamoSample()
+        req = sample.add(x_request_id=_TEMPLATE_X_REQUEST_ID)
+        with tempfile.TemporaryDirectory() as tmp:
+            files = sample.write(tmp)
+            lines = {role: files[role].read_bytes().splitlines(keepends=True)
+                     for role in ("frontend", "prefill", "decode")}
+        self.second = dt.datetime.fromtimestamp(req.start_ns // 10**9, dt.timezone.utc)
+        self.prefill_instance, self.decode_instance = sample.prefill_instance, sample.decode_instance
+        names = {req.request_id: "internal_id", req.trace_id: "trace_id", _TEMPLATE_X_REQUEST_ID: "x_request_id",
+                 **{span: f"s{i}" for i, span in enumerate(req.spans.values())},
+                 sample.prefill_instance: "prefill", sample.decode_instance: "decode",
+                 _iso_second(self.second): "second"}
+        pattern = re.compile(b"|".join(re.escape(v.encode()) for v in sorted(names, key=len, reverse=True)))
+        self.headers: dict[str, bytes] = {}
+        self.blocks: dict[str, list] = {}
+        for role, role_lines in lines.items():
+            mine = [ln for ln in role_lines if req.request_id.encode() in ln]
+            self.headers[role] = b"".join(ln for ln in role_lines if ln not in mine)
+            parts = pattern.split(b"".join(mine))
+            found = pattern.findall(b"".join(mine))
+            # literal, name, literal, name, ..., literal: rendering fills in the names' values
+            self.blocks[role] = [parts[0]] + [x for name, lit in zip(found, parts[1:])
+                                              for x in (names[name.decode()], lit)]
+
+    def render(self, role: str, values: dict[str, bytes]) -> bytes:
+        block = self.blocks[role]
+        return b"".join(part if i % 2 == 0 else values[part] for i, part in enumerate(block))
+
+
+def _iso_second(t: dt.datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%S")
+
+
+class Corpus:
+    """n requests' logs in 16 files (one per worker), written once and reused while n matches."""
+
+    def __init__(self, folder: Path, requests: int):
+        self.folder = Path(folder)
+        self.requests = requests
+        self._marker = self.folder / "corpus.json"
+
+    def files(self) -> list[Path]:
+        return ([self.folder / f"frontend-{i}.stderr.jsonl" for i in range(FRONTENDS)]
+                + [self.folder / f"prefill-{i}.stderr.jsonl" for i in range(PREFILLS)]
+                + [self.folder / f"decode-{i}.stderr.jsonl" for i in range(DECODES)])
+
+    def bytes(self) -> int:
+        return sum(f.stat().st_size for f in self.files())
+
+    def lines(self) -> int:
+        return json.loads(self._marker.read_text())["lines"]
+
+    def ensure(self) -> "Corpus":
+        expected = {"version": VERSION, "requests": self.requests}
+        if self._marker.exists() and {k: v for k, v in json.loads(self._marker.read_text()).items()
+                                      if k in expected} == expected:
+            return self
+        shutil.rmtree(self.folder, ignore_errors=True)
+        self.folder.mkdir(parents=True)
+        lines = self._write(_Template())
+        self._marker.write_text(json.dumps({**expected, "lines": lines}))
+        return self
+
+    def _write(self, t: _Template) -> int:
+        outs = [open(f, "wb", buffering=1 << 20) for f in self.files()]
+        frontends, prefills, decodes = outs[:FRONTENDS], outs[FRONTENDS:-DECODES], outs[-DECODES:]
+        prefill_ids = [str(int(t.prefill_instance) + 10 * i).encode() for i in range(PREFILLS)]
+        decode_ids = [str(int(t.decode_instance) + 10 * i).encode() for i in range(DECODES)]
+        lines = 0
+        for i, f in enumerate(frontends):
+            f.write(t.headers["frontend"].replace(b"127.0.0.1:8000", f"127.0.0.1:{8000 + i}".encode()))
+        for role, files, ids, template_id in (("prefill", prefills, prefill_ids, t.prefill_instance),
+                                              ("decode", decodes, decode_ids, t.decode_instance)):
+            for f, instance in zip(files, ids):
+                f.write(t.headers[role].replace(template_id.encode(), instance))
+        lines += sum(t.headers[r].count(b"\n") * n for r, n in (("frontend", FRONTENDS), ("prefill", PREFILLS),
+                                                                 ("decode", DECODES)))
+        seconds: dict[int, bytes] = {}
+        for k in range(self.requests):
+            f, p, d = workers_of(k)
+            offset = k // REQUESTS_PER_SECOND
+            if offset not in seconds:
+                seconds[offset] = _iso_second(t.second + dt.timedelta(seconds=offset)).encode()
+            values = dict(zip(_ID_COLUMNS, (v.encode() for v in _id_values(request_ids(k)))))
+            values.update(second=seconds[offset], prefill=prefill_ids[p], decode=decode_ids[d])
+            frontends[f].write(t.render("frontend", values))
+            prefills[p].write(t.render("prefill", values))
+            decodes[d].write(t.render("decode", values))
+        lines += self.requests * sum(t.render(r, values).count(b"\n") for r in ("frontend", "prefill", "decode"))
+        for f in outs:
+            f.close()
+        return lines
+
+
+def build_store(corpus: Corpus, db: Path, scratch: Path) -> dict:
+    """The store `trace-join ingest` would make of the corpus: the first PERIOD requests are
+    ingested for real (all 16 workers, their identities and roles), and every later request is a
+    copy of the one of those with the same workers, its ids and time replaced, made in SQL. The id
+    index is dropped while copying and rebuilt after, as a bulk load should be."""
+    for path in (db, db.with_name(db.name + ".wal")):
+        path.unlink(missing_ok=True)
+    seed = Corpus(scratch, min(PERIOD, corpus.requests)).ensure()
+    with open_store(db) as store:
+        Ingester(store).ingest_paths([str(f) for f in seed.files()])
+        con = store.con
+        con.execute(f"CREATE TEMP TABLE tmpl_ids AS {_SQL_IDS.format(first=0, stop=seed.requests)}")
+        # Each record of a request with its request number k0 and its place j among that request's records.
+        con.execute("""
+            CREATE TEMP TABLE tmpl AS
+            SELECT r.*, t.k AS k0, row_number() OVER (PARTITION BY t.k ORDER BY r.record_id) - 1 AS j
+            FROM records r
+            JOIN record_ids i ON i.record_id = r.record_id AND i.kind = 'internal_id'
+            JOIN tmpl_ids t ON t.internal_id = i.value
+        """)
+        per_request, last_id = con.execute("SELECT count(*) / count(DISTINCT k0), max(record_id) FROM tmpl").fetchone()
+        per_request = int(per_request)
+        leaked = con.execute(
+            "SELECT count(*) FROM tmpl t JOIN tmpl_ids i ON i.k = t.k0 "
+            "WHERE contains(t.attrs, i.internal_id) OR contains(t.attrs, i.trace_id) OR contains(t.name, i.internal_id)"
+        ).fetchone()[0]
+        assert leaked == 0, "template records hold ids outside the columns the copy rewrites"
+        con.execute("DROP INDEX record_ids_value")
+        chunk = 100_000
+        for first in range(seed.requests, corpus.requests, chunk):
+            stop = min(first + chunk, corpus.requests)
+            _copy_requests(con, first, stop, per_request, last_id, seed.requests)
+        con.execute(INDEXES)
+        # The origins name the corpus files, as if ingested from there.
+        con.execute("UPDATE origins SET path = replace(path, ?, ?)", [str(seed.folder), str(corpus.folder)])
+        con.execute("CHECKPOINT")
+        records, ids = (con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("records", "record_ids"))
+        workers = con.execute("SELECT count(DISTINCT worker) FROM origins").fetchone()[0]
+    return {"records": records, "record_ids": ids, "workers": workers}
+
+
+def _copy_requests(con, first: int, stop: int, per_request: int, last_id: int, period: int) -> None:
+    def subst(column: str) -> str:
+        """The column with request k0's ids replaced by request k's."""
+        expr = column
+        for c in _ID_COLUMNS:
+            expr = f"replace({expr}, o.{c}, b.{c})"
+        return expr
+
+    new_ids = _SQL_IDS.format(first=first, stop=stop)
+    con.execute(f"""
+        CREATE OR REPLACE TEMP TABLE batch AS
+        SELECT n.*, n.k % {period} AS k0, {last_id} + (n.k - {period}) * {per_request} AS base
+        FROM ({new_ids}) n
+    """)
+    con.execute(f"""
+        INSERT INTO records BY NAME
+        SELECT b.base + t.j + 1 AS record_id,
+               t.time_ns + (b.k // {REQUESTS_PER_SECOND}) * 1000000000 AS time_ns,
+               t.steady_s, t.source, t.kind, t.worker, t.role, t.level, t.name, t.duration_ns, t.status, t.entry,
+               {subst('t.trace_id')} AS trace_id, {subst('t.span_id')} AS span_id,
+               {subst('t.parent_span_id')} AS parent_span_id, t.attrs, t.origin_id,
+               t."offset" + (b.k - b.k0) * 8192 AS "offset", t.seq
+        FROM batch b JOIN tmpl t ON t.k0 = b.k0
+        JOIN tmpl_ids o ON o.k = b.k0
+        ORDER BY 1
+    """)
+    con.execute(f"""
+        INSERT INTO record_ids BY NAME
+        SELECT b.base + t.j + 1 AS record_id, i.kind, {subst('i.value')} AS value, i.scope
+        FROM batch b JOIN tmpl t ON t.k0 = b.k0 JOIN record_ids i ON i.record_id = t.record_id
+        JOIN tmpl_ids o ON o.k = b.k0
+    """)

@@ -1,0 +1,98 @@
+"""2. Lookup on a store of ≥ 10 million records from 16 workers, by reply id and by x-request-id:
+the whole `trace-join lookup` process, the lookup itself on an open store, and `grep -F` of the
+same id over the raw log files (what operators do today) as the baseline."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from pathlib import Path
+
+from tracejoin.collector.lookup import lookup
+from tracejoin.collector.store import open_store
+
+from .common import TRACE_JOIN, Config, Row, check, env_with, median, run_child
+from .corpus import Corpus, build_store, request_ids
+from .profile import summarize
+
+CLI_TARGET_MS = 300
+LIBRARY_TARGET_MS = 50
+TARGET_SPEEDUP = 10
+
+
+def ensure_store(cfg: Config, corpus: Corpus) -> tuple[Path, dict]:
+    db = cfg.data / "lookup.duckdb"
+    marker = cfg.data / "lookup.json"
+    if db.exists() and marker.exists():
+        facts = json.loads(marker.read_text())
+        if facts.get("requests") == corpus.requests:
+            return db, facts
+    marker.unlink(missing_ok=True)
+    start = time.perf_counter()
+    facts = {"requests": corpus.requests, **build_store(corpus, db, cfg.data / "lookup-seed")}
+    facts["build_s"] = round(time.perf_counter() - start, 1)
+    marker.write_text(json.dumps(facts))
+    return db, facts
+
+
+def _queries(kind: str, k: int) -> tuple[str, str]:
+    """(what the user quotes, what grep must look for in the raw logs). Dynamo's logs never print
+    a reply id: an operator greps its internal id, the uuid inside `chatcmpl-<uuid>`."""
+    ids = request_ids(k)
+    if kind == "reply id":
+        return ids.reply_id, ids.internal_id
+    return ids.x_request_id, f'"{ids.x_request_id}"'
+
+
+def _check_found(output: str, query: str) -> None:
+    result = json.loads(output)
+    found = [len(r["records"]) for r in result["requests"]]
+    if found != [11]:
+        raise RuntimeError(f"lookup {query}: expected one request of 11 records, got {found}")
+
+
+def run(cfg: Config, records: int, notes: list[str]) -> list[Row]:
+    corpus = Corpus(cfg.data / "lookup-corpus", math.ceil(records / 11)).ensure()
+    db, facts = ensure_store(cfg, corpus)
+    files = [str(f) for f in corpus.files()]
+    rng = random.Random(8)
+    size = (f"{facts['records']:,} records, {facts['record_ids']:,} ids, {facts['workers']} workers; "
+            f"raw {corpus.bytes() / 1e9:.1f} GB")
+    rows = []
+    with open_store(db, read_only=True) as store:
+        lookup(store, request_ids(corpus.requests - 1).reply_id)  # the first query loads the catalog
+        for kind in ("reply id", "x-request-id"):
+            picks = [rng.randrange(corpus.requests) for _ in range(max(cfg.runs, 5))]
+            cli, rss, library, grep = [], [], [], []
+            for i, k in enumerate(picks):
+                query, needle = _queries(kind, k)
+                child = check(run_child([TRACE_JOIN, "lookup", "--db", str(db), query, "--json"]), "trace-join lookup")
+                _check_found(child.output, query)
+                cli.append(child.seconds)
+                rss.append(child.peak_rss_mb)
+                start = time.perf_counter()
+                result = lookup(store, query)
+                library.append(time.perf_counter() - start)
+                assert len(result["requests"]) == 1
+                if i < cfg.runs:  # grep takes seconds: as many times as the other measurements run
+                    g = run_child(["grep", "-F", needle, *files], env=env_with(LC_ALL="C"))
+                    if g.output.count("\n") != 11:
+                        raise RuntimeError(f"grep {needle}: expected 11 lines, got {g.output.count(chr(10))}")
+                    grep.append(g.seconds)
+            cli_ms, grep_ms, lib_ms = (1000 * median(x) for x in (cli, grep, library))
+            rows += [
+                Row("2 lookup", f"`trace-join lookup --json` by {kind} (process wall)", cli_ms, "ms", grep_ms,
+                    f"≤ {CLI_TARGET_MS} ms and ≤ {1 / TARGET_SPEEDUP:g}× grep",
+                    cli_ms <= CLI_TARGET_MS and cli_ms * TARGET_SPEEDUP <= grep_ms,
+                    f"baseline: grep -F over the raw files; {size}"),
+                Row("2 lookup", f"lookup() by {kind} on an open store", lib_ms, "ms", None,
+                    f"≤ {LIBRARY_TARGET_MS} ms", lib_ms <= LIBRARY_TARGET_MS, f"{len(library)} different ids"),
+                Row("2 lookup", f"`trace-join lookup` by {kind} peak RSS", median(rss), "MB"),
+            ]
+    if cfg.profile and not all(r.passed for r in rows if r.passed is not None):
+        raw = cfg.data / "profiles" / "lookup.txt"
+        run_child([TRACE_JOIN, "lookup", "--db", str(db), request_ids(1).reply_id, "--json"], profile_to=raw)
+        notes.append(summarize(raw))
+    return rows

@@ -1,0 +1,24 @@
+"""5. Memory: the peak resident memory of `trace-join ingest` reading a large Dynamo JSONL corpus
+(the collector's batch path; the live collector's own peak under OTLP load is in benchmark 4).
+The default size is scaled down; `--memory-mb 5120` runs the 5 GB of the issue."""
+
+from __future__ import annotations
+
+from .common import TRACE_JOIN, Config, Row, check, run_child
+from .corpus import Corpus
+
+TARGET_MB = 500
+BYTES_PER_REQUEST = 6040  # what one request's 11 lines weigh in the corpus
+
+
+def run(cfg: Config, megabytes: int, notes: list[str]) -> list[Row]:
+    corpus = Corpus(cfg.data / "memory-corpus", max(1, megabytes * 10**6 // BYTES_PER_REQUEST)).ensure()
+    db = cfg.data / "memory.duckdb"
+    for path in (db, db.with_name(db.name + ".wal")):
+        path.unlink(missing_ok=True)
+    child = check(run_child([TRACE_JOIN, "ingest", "--db", str(db), *map(str, corpus.files())]), "trace-join ingest")
+    size = corpus.bytes()
+    return [Row("5 memory", f"`trace-join ingest` of {size / 1e6:,.0f} MB, peak RSS", child.peak_rss_mb, "MB",
+                target=f"< {TARGET_MB} MB", passed=child.peak_rss_mb < TARGET_MB,
+                note=f"{corpus.lines():,} lines in {child.seconds:.0f} s, one run"
+                     + ("" if size >= 5e9 else f"; scaled ({size / 5e9:.0%} of 5 GB)"))]

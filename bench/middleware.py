@@ -1,0 +1,118 @@
+"""3. Middleware overhead: requests/s of a minimal Starlette app with TraceJoinMiddleware against
+the same app without it (wrk on loopback, same run, runs interleaved), the median latency the
+middleware adds (wrk, one connection), and the time to first byte `trace-join proxy` adds in
+front of the bare app (a keep-alive socket client, requests alternating between the two)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+from .common import BIN, REPO, TRACE_JOIN, Config, Row, Server, env_with, free_port, median
+from .profile import summarize
+
+TARGET_RATIO = 0.85
+BODY = b'{"model":"m","messages":[{"role":"user","content":"hi"}]}'
+WRK_SCRIPT = """wrk.method = "POST"
+wrk.body = '%s'
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["x-request-id"] = "bench-client-1"
+""" % BODY.decode()
+
+
+def _app_server(factory: str, cfg: Config, profile_to: Path | None = None) -> Server:
+    port = free_port()
+    cmd = [str(BIN / "uvicorn"), "--factory", f"bench.apps:{factory}", "--app-dir", str(REPO),
+           "--host", "127.0.0.1", "--port", str(port), "--no-access-log", "--log-level", "warning"]
+    return Server(cmd, port, env=env_with(TRACEJOIN_LOG=str(cfg.data / f"{factory}.jsonl")),
+                  log=cfg.data / f"{factory}.log", profile_to=profile_to)
+
+
+def _wrk(port: int, script: Path, connections: int, seconds: float) -> tuple[float, float]:
+    """(requests/s, median latency in µs)."""
+    out = subprocess.run(
+        ["wrk", "-t1", f"-c{connections}", f"-d{max(1, round(seconds))}s", "--latency", "-s", str(script),
+         f"http://127.0.0.1:{port}/v1/chat/completions"],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    if re.search(r"Non-2xx or 3xx responses", out):
+        raise RuntimeError(f"wrk saw errors:\n{out}")
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    value, unit = re.search(r"^\s+50%\s+([\d.]+)(us|ms|s)\s*$", out, re.M).groups()
+    return rps, float(value) * {"us": 1, "ms": 1e3, "s": 1e6}[unit]
+
+
+class _TtfbClient:
+    """HTTP/1.1 over one keep-alive socket: time from sending a request to its first response byte."""
+
+    def __init__(self, port: int):
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.request = (b"POST /v1/stream HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                        b"Content-Length: %d\r\n\r\n%s" % (len(BODY), BODY))
+
+    def ttfb_us(self) -> float:
+        start = time.perf_counter()
+        self.sock.sendall(self.request)
+        data = self.sock.recv(65536)
+        first = time.perf_counter()
+        while not data.endswith(b"\r\n0\r\n\r\n"):  # the chunked reply's last chunk
+            more = self.sock.recv(65536)
+            if not more:
+                raise RuntimeError("the server closed the connection")
+            data += more
+        return (first - start) * 1e6
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def run(cfg: Config, seconds: float, ttfb_requests: int, notes: list[str]) -> list[Row]:
+    if shutil.which("wrk") is None:
+        notes.append("3 middleware: skipped, wrk is not installed (Debian: apt-get install -y wrk)")
+        return []
+    script = cfg.data / "post.lua"
+    script.write_text(WRK_SCRIPT)
+    rps = {"bare": [], "traced": []}
+    latency = {"bare": [], "traced": []}
+    with _app_server("bare", cfg) as bare, _app_server("traced", cfg) as traced:
+        servers = {"bare": bare, "traced": traced}
+        for server in servers.values():  # warm-up: imports, the middleware's first-request setup
+            _wrk(server.port, script, 4, 1)
+        for _ in range(cfg.runs):
+            for name, server in servers.items():
+                rps[name].append(_wrk(server.port, script, 32, seconds)[0])
+                latency[name].append(_wrk(server.port, script, 1, seconds / 2)[1])
+        proxy_port = free_port()
+        proxy_cmd = [TRACE_JOIN, "proxy", "--upstream", f"http://127.0.0.1:{bare.port}",
+                     "--listen", f"127.0.0.1:{proxy_port}", "--log", str(cfg.data / "proxy.jsonl")]
+        with Server(proxy_cmd, proxy_port, log=cfg.data / "proxy.log"):
+            direct, proxied = _TtfbClient(bare.port), _TtfbClient(proxy_port)
+            for _ in range(50):  # warm-up: connections, the proxy's upstream pool
+                direct.ttfb_us(), proxied.ttfb_us()
+            ttfb = {"direct": [], "proxy": []}
+            for _ in range(ttfb_requests):
+                ttfb["direct"].append(direct.ttfb_us())
+                ttfb["proxy"].append(proxied.ttfb_us())
+            direct.close(), proxied.close()
+    bare_rps, traced_rps = median(rps["bare"]), median(rps["traced"])
+    if cfg.profile and traced_rps < TARGET_RATIO * bare_rps:
+        raw = cfg.data / "profiles" / "middleware.txt"
+        with _app_server("traced", cfg, profile_to=raw) as server:
+            _wrk(server.port, script, 32, seconds)
+        notes.append(summarize(raw))
+    added_us = median(latency["traced"]) - median(latency["bare"])
+    how = f"wrk -t1 -c32, {seconds:g} s × {cfg.runs}, uvicorn 1 process; records to a JSONL file"
+    return [
+        Row("3 middleware", "requests/s with TraceJoinMiddleware", traced_rps, "req/s", bare_rps,
+            f"≥ {TARGET_RATIO}×", traced_rps >= TARGET_RATIO * bare_rps, how),
+        Row("3 middleware", "median latency with middleware (1 connection)", median(latency["traced"]), "µs",
+            median(latency["bare"]), note=f"added: {added_us:.0f} µs"),
+        Row("3 middleware", "proxy time to first byte (streamed POST)", median(ttfb["proxy"]), "µs",
+            median(ttfb["direct"]), note=f"added: {median(ttfb['proxy']) - median(ttfb['direct']):.0f} µs; "
+                                        f"{ttfb_requests} requests each, alternating"),
+    ]
