@@ -19,7 +19,7 @@ app = typer.Typer(
     help="Join a reply id or x-request-id to everything every component recorded about it.",
 )
 
-DbOption = typer.Option(None, "--db", help="DuckDB store [default: $TRACEJOIN_DB or ./tracejoin.duckdb]")
+DbOption = typer.Option(None, "--db", help="DuckDB store (default: $TRACEJOIN_DB, else ./tracejoin.duckdb)")
 JsonOption = typer.Option(False, "--json", help="Print JSON for scripts.")
 
 
