@@ -31,16 +31,16 @@ import structlog
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.sdk.trace import SpanProcessor
-from opentelemetry.trace import SpanKind, Status, StatusCode
+from opentelemetry.trace import Status, StatusCode
 
 from .ids import (
     DEPRECATED_ID_HEADERS, DISAGG_REQUEST_ID_HEADER, ENGINE_REQUEST_ID_HEADER, X_REQUEST_ID, ReplyIdScanner,
     clean_label, parse_json,
 )
-from .logs import configure_structlog, destination, record_logger
+from .logs import RecordLog, configure_structlog, destination
 from .request_state import ServedRequest, serving
 from .settings import WORKER_ROLES, Settings, worker_identity
-from .tracing import TRACER_NAME, build_tracer_provider, incoming_trace_context
+from .tracing import ServerSpans, incoming_trace_context
 
 Message = dict[str, Any]
 
@@ -95,11 +95,11 @@ class TraceJoinMiddleware:
 
 @dataclass(frozen=True)
 class Outputs:
-    """Where one serving process's requests are recorded: its name, its tracer, its log."""
+    """Where one serving process's requests are recorded: its name, its spans, its log."""
 
     worker: str
-    tracer: trace.Tracer
-    log: Any
+    spans: ServerSpans
+    log: RecordLog
 
     @classmethod
     def build(
@@ -110,14 +110,13 @@ class Outputs:
         log_writer: structlog.WriteLogger,
     ) -> Outputs:
         worker = settings.worker or worker_identity(scope.get("server"))
-        provider = build_tracer_provider(settings, worker, span_processors)
         if not structlog.is_configured():
             # So the application's own structlog lines land in the same file, carrying the ids.
             configure_structlog(settings.service, settings.role, worker, log_writer)
         return cls(
             worker=worker,
-            tracer=provider.get_tracer(TRACER_NAME),
-            log=record_logger(settings.service, settings.role, worker, log_writer),
+            spans=ServerSpans(settings, worker, span_processors),
+            log=RecordLog(settings.service, settings.role, worker, log_writer),
         )
 
 
@@ -142,11 +141,8 @@ class Exchange:
 
         method, path = scope["method"], scope["path"]
         parent = incoming_trace_context({name: value.decode("latin-1") for name, value in self.headers.items()})
-        self.span = self.outputs.tracer.start_span(
-            f"{method} {path}",
-            context=parent,
-            kind=SpanKind.SERVER,
-            attributes={"http.request.method": method, "url.path": path},
+        self.span = self.outputs.spans.start(
+            f"{method} {path}", parent, attributes={"http.request.method": method, "url.path": path}
         )
         raw_x_request_id = self._header(X_REQUEST_ID)
         x_request_id = clean_label(raw_x_request_id) if raw_x_request_id is not None else ""
@@ -176,8 +172,10 @@ class Exchange:
     async def run(self) -> None:
         log = self.outputs.log
         attached = otel_context.attach(trace.set_span_in_context(self.span))
+        # bind and reset rather than bound_contextvars(), which reads the whole context to restore it
+        bound = structlog.contextvars.bind_contextvars(**self._fields_of_every_line())
         try:
-            with serving(self.request), structlog.contextvars.bound_contextvars(**self._fields_of_every_line()):
+            with serving(self.request):
                 log.info("request.start", method=self.scope["method"], route=self.scope["path"])
                 for header in DEPRECATED_ID_HEADERS:
                     if self._header(header) is not None:
@@ -191,6 +189,7 @@ class Exchange:
                     self._release_responses_id()
                     self._end()
         finally:
+            structlog.contextvars.reset_contextvars(**bound)
             otel_context.detach(attached)
 
     def _fields_of_every_line(self) -> dict[str, str]:

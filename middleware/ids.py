@@ -37,6 +37,8 @@ def clean_label(raw: bytes | str) -> str:
             raw = raw.decode("utf-8")
         except UnicodeDecodeError:
             raw = raw.decode("latin-1")
+    if raw.isprintable():  # no C* character and no line separator: nothing to drop (the usual case)
+        return raw[:LABEL_MAX_CHARS]
     kept = []
     for char in raw:
         if unicodedata.category(char)[0] == "C" or char in "\u2028\u2029":

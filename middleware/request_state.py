@@ -12,12 +12,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
 
 import structlog
 from opentelemetry.trace import Span
 
 from .ids import ENGINE_REQUEST_ID_HEADER, clean_label
+from .logs import RecordLog
 
 
 @dataclass
@@ -26,7 +26,7 @@ class ServedRequest:
     x_request_id: str | None  # the client's label, already cleaned
     worker: str
     span: Span
-    log: Any  # the middleware's structlog logger (lifecycle and tap records)
+    log: RecordLog  # the middleware's own logger (lifecycle and tap records)
     response_started: bool = False
     reply_id: str | None = None
     disagg_request_id: str | None = None

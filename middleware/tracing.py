@@ -8,13 +8,16 @@ continue the same trace, because the trace travels in the context, not in the pr
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Any
 
+from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.exporter.otlp.json.file import FileSpanExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import SpanProcessor, Tracer, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+from opentelemetry.trace import NonRecordingSpan, Span, SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from .settings import Settings
@@ -26,20 +29,54 @@ TRACER_NAME = "tracejoin.middleware"
 W3C = TraceContextTextMapPropagator()
 
 
-def build_tracer_provider(settings: Settings, worker: str, span_processors: Iterable[SpanProcessor]) -> TracerProvider:
-    provider = TracerProvider(
-        resource=Resource.create(
-            {"service.name": settings.service, "service.instance.id": worker, "tracejoin.role": settings.role}
+class ServerSpans:
+    """Starts each request's SERVER span, from a tracer provider of the serving process's own."""
+
+    def __init__(self, settings: Settings, worker: str, span_processors: Iterable[SpanProcessor]):
+        provider = TracerProvider(
+            resource=Resource.create(
+                {"service.name": settings.service, "service.instance.id": worker, "tracejoin.role": settings.role}
+            )
         )
-    )
-    if settings.otlp_endpoint:
-        provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=traces_url(settings.otlp_endpoint))))
-    if settings.otlp_file:
-        # Each span is written as its request ends, like the log lines: a local append is cheap.
-        provider.add_span_processor(SimpleSpanProcessor(FileSpanExporter(settings.otlp_file)))
-    for processor in span_processors:
-        provider.add_span_processor(processor)
-    return provider
+        processors: list[SpanProcessor] = []
+        if settings.otlp_endpoint:
+            processors.append(BatchSpanProcessor(OTLPSpanExporter(endpoint=traces_url(settings.otlp_endpoint))))
+        if settings.otlp_file:
+            # Each span is written as its request ends, like the log lines: a local append is cheap.
+            processors.append(SimpleSpanProcessor(FileSpanExporter(settings.otlp_file)))
+        processors.extend(span_processors)
+        for processor in processors:
+            provider.add_span_processor(processor)
+        self.tracer: Tracer = provider.get_tracer(TRACER_NAME)
+        # Without a processor no span leaves the process: recording one is work nobody sees.
+        self.recorded = bool(processors)
+
+    def start(self, name: str, parent: Context, attributes: dict[str, Any]) -> Span:
+        if self.recorded:
+            return self.tracer.start_span(name, context=parent, kind=SpanKind.SERVER, attributes=attributes)
+        return self._unrecorded(name, parent, attributes)
+
+    def _unrecorded(self, name: str, parent: Context, attributes: dict[str, Any]) -> Span:
+        """The span context the SDK's Tracer.start_span gives a span (its ids from the tracer's id
+        generator; sampled and trace state as its sampler decides; the W3C level 2 random flag as
+        the SDK sets it), on a NonRecordingSpan: the trace propagates and the records carry its ids
+        exactly as with a recorded span, without the SDK span's attributes, locks and ending. It
+        follows opentelemetry-sdk 1.45's start_span; recheck it when upgrading the SDK."""
+        caller = trace.get_current_span(parent).get_span_context()
+        ids = self.tracer.id_generator
+        if caller.is_valid:
+            trace_id, random_trace_id = caller.trace_id, caller.trace_flags.random_trace_id
+        else:
+            trace_id, random_trace_id = ids.generate_trace_id(), ids.is_trace_id_random()
+        sampling = self.tracer.sampler.should_sample(parent, trace_id, name, SpanKind.SERVER, attributes, ())
+        flags = TraceFlags.SAMPLED if sampling.decision.is_sampled() else TraceFlags.DEFAULT
+        if random_trace_id:
+            flags |= TraceFlags.RANDOM_TRACE_ID
+        context = SpanContext(
+            trace_id, ids.generate_span_id(), is_remote=False, trace_flags=TraceFlags(flags),
+            trace_state=sampling.trace_state,
+        )
+        return NonRecordingSpan(context)
 
 
 def traces_url(endpoint: str) -> str:
