@@ -24,7 +24,7 @@ from .store import Origin, Store
 HEAD = 4096  # bytes hashed to recognize a file
 MAX_LINE = 1 << 20  # longer lines are quarantined, not parsed, unless a source allows more
 _OWN_FILES = (".duckdb", ".duckdb.wal", ".collector.json")  # a store (and its collector's files) kept next to the logs
-BATCH_RECORDS = 50_000
+BATCH_RECORDS = 20_000  # held as Python objects until written: this bounds memory
 SNIFF_LINES = 20
 
 

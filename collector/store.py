@@ -142,12 +142,19 @@ def default_db_path() -> str:
     return os.environ.get("TRACEJOIN_DB", DEFAULT_DB)
 
 
+def memory_limit() -> str:
+    """DuckDB's memory budget (it spills to `<db>.tmp/` beyond it). Its default, 80 % of the
+    machine, lets a large ingest or the requests build take gigabytes next to the serving
+    processes; a collector should stay small (docs/performance.md, memory)."""
+    return os.environ.get("TRACEJOIN_MEMORY_LIMIT", "256MB")
+
+
 def open_store(path: str | os.PathLike | None = None, *, read_only: bool = False) -> "Store":
     path = Path(path or default_db_path())
     if read_only and not path.exists():
         raise StoreError(f"no database at {path}: run `trace-join ingest --db {path} FILES...` first")
     try:
-        con = duckdb.connect(str(path), read_only=read_only)
+        con = duckdb.connect(str(path), read_only=read_only, config={"memory_limit": memory_limit()})
     except duckdb.IOException as e:
         msg = str(e).splitlines()[0]
         if "lock" in msg.lower():
