@@ -10,8 +10,8 @@ as the reply passes). The proxy adds:
   relays each chunk of the reply the moment the upstream sends it: nothing is buffered;
 - the upstream request carries `traceparent` (the upstream continues the proxy's trace) and the
   ids (outgoing.py); a client's own traceparent is continued by the proxy's span, not forwarded;
-- it does not forward the deprecated id headers (`x-dynamo-request-id`, `request-id`), so an
-  upstream that would take a client's id as its internal id mints its own;
+- deprecated id headers (`x-dynamo-request-id`, `request-id`) go through as sent: the proxy
+  watches the upstream, it does not change how it behaves (the middleware warns about them);
 - when the client leaves, the upstream request is closed, so the upstream can stop generating;
 - one `proxy.tap` record per upstream reply ties the reply id to the trace the proxy propagated and
   to what the upstream revealed: its `x-request-id` echo, and the internal id in a Dynamo
@@ -152,11 +152,15 @@ async def _relay_until_client_leaves(upstream: httpx.Response, receive: Any, sen
     return cut_short
 
 
-def _log_upstream_failure(served: ServedRequest, upstream_url: str, error: httpx.HTTPError) -> None:
+def _log_upstream_failure(served: ServedRequest | None, upstream_url: str, error: httpx.HTTPError) -> None:
+    if served is None:  # a health probe, which the middleware leaves unrecorded
+        return
     served.log.error("proxy.upstream_failed", upstream=upstream_url, error=f"{type(error).__name__}: {error}")
 
 
-def _write_tap(served: ServedRequest, upstream_url: str, upstream: httpx.Response) -> None:
+def _write_tap(served: ServedRequest | None, upstream_url: str, upstream: httpx.Response) -> None:
+    if served is None:  # a health probe, which the middleware leaves unrecorded
+        return
     # the raw bytes: clean_label reads UTF-8 where httpx would guess an encoding
     upstream_x_request_id = next((v for k, v in upstream.headers.raw if k.lower() == X_REQUEST_ID.encode()), None)
     revealed = {

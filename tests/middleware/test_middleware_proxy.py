@@ -180,3 +180,19 @@ def test_listen_addresses_and_upstream_urls_are_checked():
             parse_listen(bad)
     with pytest.raises(ValueError, match="http"):
         ReverseProxy("ftp://example.invalid")
+
+
+def test_a_health_probe_through_the_proxy_is_forwarded_and_left_unrecorded(proxied: Proxied, tmp_path):
+    import anyio
+
+    from tracejoin.middleware.proxy import create_proxy_app
+
+    # In-process (ASGI transport) so an exception in the proxy reaches the test rather than a log.
+    app = create_proxy_app(proxied.upstream.url, log=str(tmp_path / "probe.jsonl"))
+
+    async def probe() -> int:
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://proxy") as client:
+            return (await client.get("/health")).status_code
+
+    assert anyio.run(probe) == httpx.get(f"{proxied.upstream.url}/health").status_code
+    assert not (tmp_path / "probe.jsonl").exists() or "proxy.tap" not in (tmp_path / "probe.jsonl").read_text()
