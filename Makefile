@@ -14,8 +14,16 @@ $(BIN)/trace-join: pyproject.toml
 demo: $(BIN)/trace-join
 	$(BIN)/trace-join demo
 
+# The whole suite, the real-Dynamo integration tests (tests/integration/) included. Those install
+# Dynamo into a cached virtual environment of its own on first use (~/.cache/trace-join, or
+# $$TRACEJOIN_CACHE; a minute or two, ~700 MB), so nothing of Dynamo's lands in .venv; they are
+# skipped only where its wheels cannot be installed.
 test: $(BIN)/trace-join
 	$(BIN)/python -m pytest -q
+
+# Only the real-Dynamo integration tests.
+integration: $(BIN)/trace-join
+	$(BIN)/python -m pytest -q -m integration
 
 # Benchmarks (bench/, docs/performance.md); not part of `make test`. Arize Phoenix, the OTLP
 # baseline, gets a venv of its own so its many pins cannot change what trace-join runs with.

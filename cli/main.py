@@ -197,12 +197,28 @@ def collect(
 @app.command()
 def demo(
     db: Optional[str] = DbOption,
-    folder: str = typer.Option("tracejoin-demo", help="Where each run writes its records, in a run-<UTC time> folder."),
+    folder: str = typer.Option("tracejoin-demo", help="Where each run writes its records, in a folder of its own."),
+    dynamo: bool = typer.Option(False, "--dynamo", help="A real NVIDIA Dynamo deployment instead, with trace-join "
+                                "collect and proxy beside it (Dynamo is installed on first use, in a minute or two)."),
 ):
     """Run a disaggregated deployment on loopback, send it requests, ingest what it recorded and look a
-    reply up."""
+    reply up. With --dynamo, look replies up live, through the collector."""
     from tracejoin.cli.demo import DeploymentError, run_demo
 
+    if dynamo:
+        from pathlib import Path
+
+        from tracejoin.cli.demo.dynamo import DynamoUnavailable
+        from tracejoin.cli.demo.dynamo_demo import run_dynamo_demo
+        from tracejoin.collector.store import default_db_path
+
+        try:
+            run_dynamo_demo(Path(db or default_db_path()), folder)
+        except DynamoUnavailable as e:
+            raise Failure(f"{e}; `trace-join demo` runs without Dynamo") from None
+        except DeploymentError as e:
+            raise Failure(str(e)) from None
+        return
     with _open(db, read_only=False) as store:
         try:
             run_demo(store, folder)

@@ -143,6 +143,14 @@ def coverage_text(result: dict) -> None:
     console.print(workers)
 
 
+def next_commands(lines: list[tuple[str, str]]) -> None:
+    """The demos' closing advice: each command with why, aligned."""
+    width = max(len(command) for command, _ in lines)
+    print("\nNext, with this run's ids:")
+    for command, why in lines:
+        print(f"  {command:<{width}}  # {why}")
+
+
 def _ms(value) -> str:
     return "" if value is None else f"{value:.1f}"
 

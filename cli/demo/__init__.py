@@ -43,8 +43,7 @@ def run_demo(store: Store, folder: str) -> None:
         sent = asyncio.run(send_traffic(deployment.router_url))
     print(f"\nsent {len(sent)} requests; the deployment ran for {time.monotonic() - started:.1f} s")
     for request in sent:
-        print(f"  {request.status or '-':<4} {request.reply_id or '-':<48} {request.what}"
-              + (f"  [x-request-id {request.x_request_id}]" if request.x_request_id else ""))
+        print(f"  {request.line()}")
 
     replies = [s.reply_id for s in sent if s.path == "/v1/responses" and s.status == 200 and s.reply_id]
     if not replies:
@@ -79,7 +78,4 @@ def _print_next(store: Store, sent: list[Sent], reply: str, found: dict) -> None
                          "the disagg id its retry abandoned: the same request"))
     if session:
         lines.insert(1, (f"trace-join lookup --db {db} {session}", f"an x-request-id {sharing} requests share"))
-    width = max(len(command) for command, _ in lines)
-    print("\nNext, with this run's ids:")
-    for command, why in lines:
-        print(f"  {command:<{width}}  # {why}")
+    render.next_commands(lines)

@@ -41,18 +41,23 @@ class Sent:
     def streamed(self) -> bool:
         return bool(self.body.get("stream"))
 
+    def line(self) -> str:
+        """What was sent and what came back, in one line for the user."""
+        return (f"{self.status or '-':<4} {self.reply_id or '-':<48} {self.what}"
+                + (f"  [x-request-id {self.x_request_id}]" if self.x_request_id else ""))
 
-def chat(prompt: str, *, stream: bool, max_tokens: int = 12) -> tuple[str, dict]:
-    return "/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": prompt}],
+
+def chat(prompt: str, *, stream: bool, max_tokens: int = 12, model: str = MODEL) -> tuple[str, dict]:
+    return "/v1/chat/completions", {"model": model, "messages": [{"role": "user", "content": prompt}],
                                     "stream": stream, "max_tokens": max_tokens}
 
 
-def completion(prompt: str, *, stream: bool) -> tuple[str, dict]:
-    return "/v1/completions", {"model": MODEL, "prompt": prompt, "stream": stream, "max_tokens": 12}
+def completion(prompt: str, *, stream: bool, model: str = MODEL) -> tuple[str, dict]:
+    return "/v1/completions", {"model": model, "prompt": prompt, "stream": stream, "max_tokens": 12}
 
 
-def response(prompt: str, *, stream: bool) -> tuple[str, dict]:
-    return "/v1/responses", {"model": MODEL, "input": prompt, "stream": stream, "max_output_tokens": 12}
+def response(prompt: str, *, stream: bool, model: str = MODEL) -> tuple[str, dict]:
+    return "/v1/responses", {"model": model, "input": prompt, "stream": stream, "max_output_tokens": 12}
 
 
 def the_mix() -> tuple[Sent, list[Sent]]:

@@ -1,0 +1,116 @@
+"""`trace-join demo --dynamo`: trace-join beside a real NVIDIA Dynamo deployment, live.
+
+It starts what dynamo_stack.py describes (`trace-join collect`, Dynamo's frontend with a prefill
+and a decode worker exporting to it, `trace-join proxy` in front), prints what runs where, sends a
+small mix of requests through the proxy, and looks up one Responses reply and one chat reply
+through the running collector once their records have arrived. Then it stops everything and
+prints the next commands to try, with this run's ids; they read the store the collector left.
+Dynamo is installed on first use (dynamo.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import httpx
+
+from tracejoin.cli import render
+from tracejoin.collector import remote
+
+from .deployment import DeploymentError
+from .dynamo import DYNAMO_VERSION, MODEL_NAME, cache_dir, dynamo_installed
+from .dynamo_stack import DynamoStack
+from .traffic import TIMEOUT_S, Sent, chat, completion, response, send
+
+ARRIVE_WITHIN_S = 20  # Dynamo exports every 0.5 s and the collector looks at files every 0.5 s
+# What a reply's lookup shows once everything has arrived: each Dynamo process's lines, spans and
+# OTLP log records, and the frontend's request-trace rows.
+COMPLETE = {("frontend", "dynamo_request_trace", "log")} | {
+    (role, source, kind) for role in ("frontend", "prefill", "decode")
+    for source, kind in (("dynamo_jsonl", "log"), ("otlp_json", "span"), ("otlp_json", "log"))}
+
+
+def the_mix() -> list[Sent]:
+    session = f"agent-session-{secrets.token_hex(3)}"
+    return [
+        Sent("Responses", *response("what is the answer ?", stream=False, model=MODEL_NAME), x_request_id=session),
+        Sent("chat, streamed", *chat("tell me a story", stream=True, model=MODEL_NAME), x_request_id=session),
+        Sent("completions", *completion("once upon a time", stream=False, model=MODEL_NAME), x_request_id=session),
+        Sent("Responses, streamed", *response("how are you ?", stream=True, model=MODEL_NAME)),
+        Sent("chat", *chat("say hi please", stream=False, model=MODEL_NAME)),
+        Sent("chat for a model Dynamo does not serve", *chat("hello", stream=False, model="no/such-model")),
+        # The mocker's tokens decode to no text here, so its streams have two events: the role, then
+        # the end. Leaving after the first is leaving mid-stream.
+        Sent("chat, streamed; the client leaves after the first event",
+             *chat("tell me a long story", stream=True, max_tokens=200, model=MODEL_NAME), leave_after=1),
+    ]
+
+
+def run_dynamo_demo(db: Path, folder: str) -> None:
+    # Each run writes a folder of its own, so nothing an earlier run (or anyone) left is touched.
+    out = (Path(folder) / datetime.now(timezone.utc).strftime("dynamo-run-%Y%m%dT%H%M%SZ")).resolve()
+    db = db.resolve()
+    if not dynamo_installed():
+        print(f"Installing Dynamo {DYNAMO_VERSION} into {cache_dir()}, once (a minute or two)...", flush=True)
+    started = time.monotonic()
+    with DynamoStack(out, db) as stack:
+        print(f"NVIDIA Dynamo {DYNAMO_VERSION} on loopback (a frontend, a prefill and a decode mocker worker) with "
+              f"trace-join beside it, started in {time.monotonic() - started:.1f} s; its files are in {out}/")
+        for process in stack.started():
+            print(f"  {process.name:<9} {process.address:<34} pid {process.pid:<8} {process.output.relative_to(out)}")
+        watched = " and ".join(f"{folder.relative_to(out)}/" for folder in stack.watched)
+        print(f"The collector follows {watched}, receives Dynamo's spans and log records over OTLP, and stores "
+              f"it all in {db}.")
+
+        sent = asyncio.run(_send(stack.proxy_url, the_mix()))
+        print(f"\nsent {len(sent)} requests through the proxy:")
+        for request in sent:
+            print(f"  {request.line()}")
+        looked_up = [_first_reply(sent, "/v1/responses"), _first_reply(sent, "/v1/chat/completions")]
+        for reply in looked_up:
+            print(f"\n$ trace-join lookup {reply}    # through the running collector\n")
+            render.lookup_text(_once_arrived(db, reply))
+    print(f"\nstopped the proxy, Dynamo and the collector; their records are in {db}, their logs in {out}")
+    _print_next(db, out, sent, looked_up)
+
+
+async def _send(url: str, mix: list[Sent]) -> list[Sent]:
+    async with httpx.AsyncClient(base_url=url, timeout=TIMEOUT_S) as client:
+        await asyncio.gather(*(send(client, sent) for sent in mix))
+    return mix
+
+
+def _first_reply(sent: list[Sent], path: str) -> str:
+    reply = next((s.reply_id for s in sent if s.path == path and s.status == 200 and s.reply_id), None)
+    if reply is None:
+        raise DeploymentError(f"no {path} request went through Dynamo; its logs are in the folder above")
+    return reply
+
+
+def _once_arrived(db: Path, reply: str) -> dict:
+    """The lookup, once the request's records are COMPLETE (or ARRIVE_WITHIN_S has passed)."""
+    deadline = time.monotonic() + ARRIVE_WITHIN_S
+    while True:
+        result = remote.query(db, "lookup", {"id": reply})
+        seen = {(r["role"], r["source"], r["kind"]) for request in result["requests"] for r in request["records"]}
+        if COMPLETE <= seen or time.monotonic() > deadline:
+            return result
+        time.sleep(0.5)
+
+
+def _print_next(db: Path, out: Path, sent: list[Sent], looked_up: list[str]) -> None:
+    session = next(s.x_request_id for s in sent if s.x_request_id)
+    sharing = sum(1 for s in sent if s.x_request_id == session)
+    responses_reply = looked_up[0]
+    render.next_commands([
+        (f"trace-join lookup --db {db} {responses_reply} --json", "the same, for scripts"),
+        (f"trace-join lookup --db {db} {session}", f"an x-request-id {sharing} requests share"),
+        (f"trace-join requests --db {db} --errors", "the unknown model's 404 and the client that left"),
+        (f"trace-join coverage --db {db}", "how many replies joined their prefill and decode workers"),
+        (f"grep -l {responses_reply} {out}/logs/*", "no Dynamo record has a Responses reply id; the proxy's has"),
+        (f"trace-join collect --db {db} --watch YOUR-DYNAMO-LOGS/", "your deployment (docs/integrations/dynamo.md)"),
+    ])
