@@ -67,6 +67,9 @@ def ingest(
     paths: List[str] = typer.Argument(..., help="Files, folders or globs; .gz is read as it is."),
     db: Optional[str] = DbOption,
     as_json: bool = JsonOption,
+    worker: Optional[str] = typer.Option(
+        None, help="The process these files come from (host:port), for formats that do not name it: "
+                   "TensorRT-LLM text logs, legacy /perf_metrics arrays."),
 ):
     """Read log, span, trace and perf files into the store. Reading the same bytes again adds nothing."""
     from tracejoin.collector.ingest import Ingester, InputError
@@ -76,7 +79,7 @@ def ingest(
     with _open(db, read_only=False) as store:
         with render.byte_progress(paths) as progress:
             try:
-                result = Ingester(store, progress=progress).ingest_paths(paths)
+                result = Ingester(store, progress=progress, worker=worker).ingest_paths(paths)
             except InputError as e:
                 raise Failure(str(e)) from None
         if result.records:

@@ -135,13 +135,15 @@ def iter_lines(f, start: int, max_line: int = MAX_LINE,
 
 class Ingester:
     """Reads files into one store; `progress(bytes_done)` is called as bytes are consumed.
-    `batch_records`: records per transaction (the collector commits smaller batches, more often)."""
+    `batch_records`: records per transaction (the collector commits smaller batches, more often).
+    `worker`: the process the files come from, for formats that do not name it."""
 
     def __init__(self, store: Store, progress: Callable[[int], None] | None = None,
-                 batch_records: int = BATCH_RECORDS):
+                 batch_records: int = BATCH_RECORDS, worker: str | None = None):
         self.store = store
         self.progress = progress or (lambda n: None)
         self.batch_records = batch_records
+        self.worker = worker  # the process the files come from, for formats that name none
 
     def ingest_paths(self, paths: list[str]) -> IngestResult:
         result = IngestResult()
@@ -208,7 +210,8 @@ class Ingester:
 
     def _read(self, f, path: Path, origin: Origin, module, summary: SourceSummary, result: IngestResult,
               max_bytes: int | None) -> bool:
-        parser = module.LineParser(str(path))
+        given = {"worker": self.worker} if self.worker and getattr(module, "WORKER_FROM_USER", False) else {}
+        parser = module.LineParser(str(path), **given)
         if origin.worker:
             parser.worker, parser.role = origin.worker, origin.role
         batch = BatchBuilder(module.NAME, origin.origin_id)

@@ -6,6 +6,8 @@ A module provides:
     NAME: str                                   stored as the records' `source`
     sniff(path: str, head: list[bytes]) -> bool  head: the file's first non-empty lines
     MAX_LINE: int (optional)                     longest line read, in bytes (default 1 MiB)
+    WORKER_FROM_USER: bool (optional)            the format names no process: LineParser(path,
+                                                 worker=...) takes the one `ingest --worker` gives
     LineParser(path: str)                        one per file: .parse(line) -> list[Record],
                                                  raising Unparseable(reason) for a bad line;
                                                  .worker / .role: identity learned for the file;

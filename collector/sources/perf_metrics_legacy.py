@@ -35,6 +35,8 @@ from .parsing import Unparseable, load_json, worker_from_path
 from .perf_metrics_jsonl import RoleVotes, disagg_record, infer_worker_role, is_disagg_record, worker_record
 
 NAME = "perf_metrics_legacy"
+# Nothing in the file names its process: the user can (`trace-join ingest --worker`).
+WORKER_FROM_USER = True
 # A busy server's poll is one line of up to perf_metrics_max_requests items.
 MAX_LINE = 64 << 20
 _PERF_KEY = re.compile(rb'"(?:perf_metrics|disagg_server_arrival_time)"\s*:')

@@ -44,6 +44,8 @@ from ..records import Record
 from .parsing import Unparseable, worker_from_path
 
 NAME = "trtllm_log"
+# Nothing in the file names its process: the user can (`trace-join ingest --worker`).
+WORKER_FROM_USER = True
 TZ_VARIABLE = "TRACEJOIN_TRTLLM_TZ"
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")

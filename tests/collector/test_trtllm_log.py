@@ -182,3 +182,15 @@ def test_log_lines_join_the_records_of_their_process_and_of_the_ctx_server(tj, t
     assert sorted((r["source"], r["role"]) for r in disagg["records"]) == [
         ("perf_metrics_legacy", "router"), ("trtllm_log", "router")]
     assert "Sending ServerRole.CONTEXT" in next(r["summary"] for r in disagg["records"] if r["source"] == "trtllm_log")
+
+
+def test_the_user_names_the_process_of_a_log_whose_folder_does_not(tj, tmp_path):
+    """`ingest --worker`: a log in a folder named after nothing joins its process's perf records."""
+    write(tmp_path / "logs", "worker.log", *(line.encode() for line in WORKER_LOG))
+    write(tmp_path / "perf", file_name("ctx", "gpu-node-1", 4242),
+          worker_line(1, timing(5.0, e2e=0.043), ctx_request_id=1, disagg_request_id=DISAGG_A))
+    assert tj("ingest", tmp_path / "perf").code == 0
+    assert tj("ingest", tmp_path / "logs", "--worker", "gpu-node-1:4242").code == 0
+    [aborted] = tj("lookup", "1", "--json").json()["requests"]
+    assert {r["source"] for r in aborted["records"]} == {"perf_metrics_jsonl", "trtllm_log"}
+    assert {w["worker"] for w in aborted["workers"]} == {"gpu-node-1:4242"}
