@@ -41,6 +41,27 @@ class DeploymentError(Exception):
     message says where to look."""
 
 
+class StartsAndStops:
+    """`with thing:` starts it and stops it; a start that fails halfway stops what it started."""
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def __enter__(self):
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
 def process_log(out: Path, pid: int) -> Path:
     """Where a process's stdout and stderr go: a folder named `<host>-<pid>`, after the process."""
     return out / "logs" / f"{socket.gethostname()}-{pid}" / "trtllm-serve.log"
@@ -57,7 +78,7 @@ class Server:
         return _role(self.name)
 
 
-class Deployment:
+class Deployment(StartsAndStops):
     def __init__(self, out: Path):
         self.out = out
         self.servers: list[Server] = []
@@ -65,17 +86,6 @@ class Deployment:
     @property
     def router_url(self) -> str:
         return f"http://{self.servers[0].address}"
-
-    def __enter__(self) -> Deployment:
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 
     def start(self) -> None:
         sockets = {name: _listening_socket() for name in NAMES}

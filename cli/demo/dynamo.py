@@ -34,7 +34,7 @@ from pathlib import Path
 
 import httpx
 
-from .deployment import DeploymentError
+from .deployment import DeploymentError, StartsAndStops
 
 DYNAMO_VERSION = "1.6.1"
 DYNAMO_WHEELS = [f"ai-dynamo=={DYNAMO_VERSION}", f"ai-dynamo-runtime=={DYNAMO_VERSION}"]
@@ -145,7 +145,7 @@ def model_dir(python: Path) -> Path:
 
 
 @dataclass
-class DynamoDeployment:
+class DynamoDeployment(StartsAndStops):
     """`folder` receives logs/<process>.stderr.jsonl (one per process), request-trace/frontend.jsonl
     (the frontend's request-trace rows) and Dynamo's file-based discovery store. Starting returns
     once the frontend serves with both workers; a process that stops or a deployment not ready in
@@ -170,17 +170,6 @@ class DynamoDeployment:
 
     def log(self, name: str) -> Path:
         return self.log_folder / f"{name}.stderr.jsonl"
-
-    def __enter__(self) -> DynamoDeployment:
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 
     def start(self) -> None:
         python = dynamo_python()

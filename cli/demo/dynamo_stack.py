@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .deployment import DeploymentError
+from .deployment import DeploymentError, StartsAndStops
 from .dynamo import DynamoDeployment
 
 START_WITHIN_S = 30
@@ -45,7 +45,7 @@ class Started:
     output: Path  # where its own logs go
 
 
-class DynamoStack:
+class DynamoStack(StartsAndStops):
     def __init__(self, folder: Path, db: Path):
         self.folder = folder
         self.db = db
@@ -73,17 +73,6 @@ class DynamoStack:
                           process.pid, self.dynamo.log(name))
                   for name, process in self.dynamo.processes.items()]
         return [collector, *dynamo, Started("proxy", self.proxy_url, self.proxy.pid, self.proxy_log)]
-
-    def __enter__(self) -> DynamoStack:
-        try:
-            self.start()
-        except BaseException:
-            self.stop()
-            raise
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 
     def start(self) -> None:
         for folder in self.watched:
