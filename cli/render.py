@@ -126,11 +126,11 @@ def coverage_text(result: dict) -> None:
         return f"{n} ({100 * n / replies:.0f}%)" if replies else str(n)
 
     console.print(f"replies seen: {replies}")
-    console.print(f"  joined to both workers (context and generation): {share(joined['both_workers'])}")
-    console.print(f"  joined to one of the two:                        {share(joined['one_worker'])}")
-    console.print(f"  joined to their aggregated worker:               {share(joined['aggregated_worker'])}")
-    console.print(f"  joined to no worker's records:                   {share(joined['no_worker'])}")
-    console.print(f"  carrying a collided id:                          {share(result['collided_replies'])}")
+    console.print(f"  joined to both workers (ctx/prefill, gen/decode): {share(joined['both_workers'])}")
+    console.print(f"  joined to one of the two:                         {share(joined['one_worker'])}")
+    console.print(f"  joined to their aggregated worker:                {share(joined['aggregated_worker'])}")
+    console.print(f"  joined to no worker's records:                    {share(joined['no_worker'])}")
+    console.print(f"  carrying a collided id:                           {share(result['collided_replies'])}")
     orphans = result["orphans"]
     console.print(f"orphans: {orphans['records']} engine-side records in {orphans['requests']} groups no reply reaches")
     sources = Table("source", "records", "in replies", "orphan records", box=None, padding=(0, 2))

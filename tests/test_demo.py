@@ -172,4 +172,4 @@ def test_the_demo_says_what_to_run_next_with_this_runs_ids(demo):
     assert f"$ trace-join lookup {retried}" in demo.output
     assert f"trace-join lookup --db {demo.db} {retried} --json" in demo.output
     replies = len(demo.starts(role="router"))
-    assert f"joined to both workers (context and generation): {replies} (100%)" in demo.output
+    assert f"joined to both workers (ctx/prefill, gen/decode): {replies} (100%)" in demo.output
