@@ -180,11 +180,13 @@ def build_requests(store: Store) -> None:
 
 def persist_requests(store: Store) -> None:
     """Build, then store the result as tables `requests` and `request_records` (record_id,
-    request_id) in one transaction."""
+    request_id, and the record's worker and role as settled within its request) in one
+    transaction."""
     build_requests(store)
     store.con.execute("""
         BEGIN;
-        CREATE OR REPLACE TABLE main.request_records AS SELECT record_id, request_id FROM request_members;
+        CREATE OR REPLACE TABLE main.request_records AS
+            SELECT record_id, request_id, worker, role FROM request_workers;
         CREATE OR REPLACE TABLE main.requests AS SELECT * FROM request_summary;
         COMMIT;
     """)

@@ -4,29 +4,20 @@
 -- carry the end-to-end time; a post-processor hook record's duration is its own call's, not the
 -- request's); the router's queue is the disaggregated server's dispatch wait.
 WITH served AS (
-    SELECT rr.request_id, w.role, w.worker, r.attrs, CASE WHEN r.kind <> 'hook' THEN r.duration_ns END AS duration_ns,
-           coalesce(regexp_matches(w.worker, '[:@]'), false) AS named
+    -- request_records names each record's worker as settled in its request (collector/requests.py).
+    SELECT rr.request_id, rr.role, rr.worker, r.attrs,
+           CASE WHEN r.kind <> 'hook' THEN r.duration_ns END AS duration_ns
     FROM requests q
     JOIN request_records rr USING (request_id)
     JOIN records r USING (record_id)
-    JOIN record_workers w USING (record_id)
     WHERE q.names_a_request AND $__timeFilter(make_timestamp(q.start_ns // 1000))
-), settled AS (
-    -- A record that names no process, or only a service, is the one worker of its role that the
-    -- request names in full (collector/requests.py, request_workers).
-    SELECT *, CASE WHEN named THEN worker
-                   WHEN min(worker) FILTER (WHERE named) OVER same_role = max(worker) FILTER (WHERE named) OVER same_role
-                   THEN min(worker) FILTER (WHERE named) OVER same_role
-                   ELSE worker END AS settled_worker
-    FROM served
-    WINDOW same_role AS (PARTITION BY request_id, role)
 ), per_worker AS (
-    SELECT request_id, role, settled_worker AS worker,
+    SELECT request_id, role, worker,
            max(coalesce(TRY_CAST(attrs->>'ttft_ms' AS DOUBLE), TRY_CAST(attrs->>'ttfb_ms' AS DOUBLE))) AS ttft_ms,
            max(coalesce(TRY_CAST(attrs->>'queue_ms' AS DOUBLE), TRY_CAST(attrs->>'disagg_queue_ms' AS DOUBLE))) AS queue_ms,
            max(coalesce(TRY_CAST(attrs->>'e2e_ms' AS DOUBLE), duration_ns / 1e6)) AS e2e_ms,
            max(TRY_CAST(attrs->>'kv_transfer_ms' AS DOUBLE)) AS kv_transfer_ms
-    FROM settled
+    FROM served
     GROUP BY ALL
 )
 SELECT role, worker, metric,

@@ -9,14 +9,13 @@ WITH orphans AS (
       AND (start_ns IS NULL OR $__timeFilter(make_timestamp(start_ns // 1000)))
 )
 SELECT r.source,
-       w.worker,
-       w.role,
+       rr.worker,
+       rr.role,
        count(DISTINCT o.request_id) AS orphan_requests,
        count(*) AS orphan_records,
        count(DISTINCT o.request_id) FILTER (WHERE o.unplaced) AS without_wall_clock
 FROM orphans o
 JOIN request_records rr USING (request_id)
 JOIN records r USING (record_id)
-JOIN record_workers w USING (record_id)
 GROUP BY ALL
-ORDER BY orphan_records DESC, r.source, w.worker
+ORDER BY orphan_records DESC, r.source, rr.worker

@@ -3,23 +3,14 @@
 -- source and what the record says. The last columns shape the same rows as spans (traceID, spanID,
 -- parentSpanID, operationName, serviceName, startTime and duration in ms) for the Traces panel,
 -- which reads this panel's result instead of querying again; the table hides them.
-WITH recs AS (
+WITH settled AS (
+    -- request_records names each record's worker as settled in its request (collector/requests.py).
     SELECT rr.request_id, r.record_id, r.time_ns, r.steady_s, r.kind, r.source, r.level, r.name, r.status,
            r.duration_ns, r.trace_id, r.span_id, r.parent_span_id, r.attrs, r.origin_id, r."offset", r.seq,
-           w.role, w.worker, coalesce(regexp_matches(w.worker, '[:@]'), false) AS named
+           rr.role, rr.worker AS settled_worker
     FROM request_records rr
     JOIN records r USING (record_id)
-    JOIN record_workers w USING (record_id)
     WHERE rr.request_id IN (${request:csv})
-), settled AS (
-    -- A record that names no process, or only a service, is shown under the one worker of its role
-    -- that the request names in full (collector/requests.py, request_workers).
-    SELECT *, CASE WHEN named THEN worker
-                   WHEN min(worker) FILTER (WHERE named) OVER same_role = max(worker) FILTER (WHERE named) OVER same_role
-                   THEN min(worker) FILTER (WHERE named) OVER same_role
-                   ELSE worker END AS settled_worker
-    FROM recs
-    WINDOW same_role AS (PARTITION BY request_id, role)
 ), processes AS (
     -- Records with only steady-clock seconds (TensorRT-LLM perf metrics) go on the wall clock as in
     -- collector/lookup.py: a process's first wall-clock record in the request marks the moment of its
@@ -41,7 +32,7 @@ WITH recs AS (
     JOIN processes p ON p.request_id = s.request_id AND p.process IS NOT DISTINCT FROM regexp_extract(s.settled_worker, '[^@]*$')
     LEFT JOIN fallback f ON f.request_id = s.request_id
 ), spans AS (
-    SELECT DISTINCT request_id, span_id FROM recs WHERE kind = 'span'
+    SELECT DISTINCT request_id, span_id FROM settled WHERE kind = 'span'
 )
 SELECT make_timestamp(p.at_ns // 1000) AS time,
        (p.at_ns - min(p.at_ns) OVER (PARTITION BY p.request_id)) / 1e6 AS since_start_ms,
