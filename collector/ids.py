@@ -25,7 +25,6 @@ TRACE_ID = "trace_id"
 ENGINE_REQUEST_ID = "engine_request_id"
 CTX_REQUEST_ID = "ctx_request_id"
 
-ID_KINDS = (REPLY_ID, INTERNAL_ID, X_REQUEST_ID, DISAGG_REQUEST_ID, TRACE_ID, ENGINE_REQUEST_ID, CTX_REQUEST_ID)
 KEY_KINDS = (REPLY_ID, INTERNAL_ID, DISAGG_REQUEST_ID, ENGINE_REQUEST_ID, CTX_REQUEST_ID)
 SCOPED_KINDS = (ENGINE_REQUEST_ID, CTX_REQUEST_ID)
 # Not ids a user quotes but the edges of the span tree, stored beside the ids as "<trace>/<span>":

@@ -13,12 +13,10 @@ import pyarrow as pa
 
 from .ids import PARENT_SPAN, SPAN, derived
 
-KINDS = ("log", "span", "perf", "hook", "tap")
-
 
 @dataclass(slots=True)
 class Record:
-    kind: str
+    kind: str  # log | span | perf | hook | tap
     name: str | None = None
     time_ns: int | None = None
     steady_s: float | None = None
