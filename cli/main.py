@@ -6,6 +6,7 @@ line on stderr; set TRACEJOIN_DEBUG=1 to see a traceback instead.
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 from typing import List, Optional
@@ -29,6 +30,13 @@ class Failure(Exception):
     def __init__(self, message: str, code: int = 2):
         super().__init__(message)
         self.code = code
+
+
+def long_running() -> None:
+    """Collect garbage as usual from here on: `run` (cli/__main__.py) turns the collector off for
+    start-up, which suits a command that ends in a second, not one that runs for minutes."""
+    gc.freeze()  # what start-up made lives until exit: later collections need not scan it
+    gc.enable()
 
 
 def _open(db: Optional[str], *, read_only: bool):
@@ -72,6 +80,7 @@ def ingest(
                    "TensorRT-LLM text logs, legacy /perf_metrics arrays."),
 ):
     """Read log, span, trace and perf files into the store. Reading the same bytes again adds nothing."""
+    long_running()
     from tracejoin.collector.ingest import Ingester, InputError
     from tracejoin.collector.requests import persist_requests
     from tracejoin.cli import render
@@ -178,6 +187,7 @@ def collect(
 ):
     """Receive OTLP, follow files, poll /perf_metrics, and store it all as it comes, until SIGTERM or
     Ctrl-C. Reads (lookup, requests, coverage) keep working meanwhile (docs/collector.md)."""
+    long_running()
     from pathlib import Path
 
     from tracejoin.collector.collect import CollectConfig, CollectError, collect as run_collector
@@ -206,6 +216,7 @@ def demo(
 ):
     """Run a disaggregated deployment on loopback, send it requests, ingest what it recorded and look a
     reply up. With --dynamo, look replies up live, through the collector."""
+    long_running()
     from tracejoin.cli.demo import DeploymentError, run_demo
 
     if dynamo:
@@ -240,6 +251,7 @@ def proxy(
 ):
     """Forward every request to UPSTREAM, streaming, and record each one: its reply id, its trace, what
     the upstream revealed (docs/middleware.md). Runs until interrupted."""
+    long_running()
     from tracejoin.middleware.proxy import serve_proxy
 
     try:
@@ -280,5 +292,5 @@ def run() -> None:
     sys.exit(code if isinstance(code, int) else 0)
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # `python -m tracejoin.cli` is the command with its start-up tuned
     run()

@@ -196,11 +196,12 @@ class Store:
         self.close()
 
     def _check_or_create_schema(self, read_only: bool) -> None:
-        has_meta = self.con.execute(
-            "SELECT count(*) FROM information_schema.tables WHERE table_name = 'meta'"
-        ).fetchone()[0]
-        if has_meta:
+        try:  # straight to `meta`: information_schema costs ~15 ms of every lookup on a large store
             row = self.con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone()
+            has_meta = True
+        except duckdb.CatalogException:
+            has_meta = False
+        if has_meta:
             version = int(row[0]) if row else None
             if version != SCHEMA_VERSION:
                 raise StoreError(

@@ -32,7 +32,7 @@ def tj(db):
     """Run `trace-join ARGS... --db DB` as a user would, in a separate process."""
 
     def run(*args, with_db: bool = True) -> Run:
-        argv = [sys.executable, "-m", "tracejoin.cli.main", *map(str, args)]
+        argv = [sys.executable, "-m", "tracejoin.cli", *map(str, args)]
         if with_db:
             argv += ["--db", str(db)]
         env = {k: v for k, v in os.environ.items() if k != "TRACEJOIN_DEBUG"}

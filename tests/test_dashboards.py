@@ -75,7 +75,7 @@ class Demo:
         return relation.columns, [dict(zip(relation.columns, row)) for row in relation.fetchall()]
 
     def tj(self, *args) -> dict:
-        p = subprocess.run([sys.executable, "-m", "tracejoin.cli.main", *args, "--db", str(self.snapshot), "--json"],
+        p = subprocess.run([sys.executable, "-m", "tracejoin.cli", *args, "--db", str(self.snapshot), "--json"],
                            capture_output=True, text=True, timeout=120)
         assert p.returncode == 0, p.stderr
         return json.loads(p.stdout)
@@ -91,7 +91,7 @@ def demo(tmp_path_factory) -> Iterator[Demo]:
     """What `trace-join demo` stores, published as the snapshot Grafana reads, once per session."""
     folder = tmp_path_factory.mktemp("dashboards")
     db = folder / "demo.duckdb"
-    subprocess.run([sys.executable, "-m", "tracejoin.cli.main", "demo", "--db", str(db), "--folder", str(folder / "records")],
+    subprocess.run([sys.executable, "-m", "tracejoin.cli", "demo", "--db", str(db), "--folder", str(folder / "records")],
                    check=True, capture_output=True, timeout=120)
     with open_store(db) as store:
         snapshot = publish(store)  # as `trace-join collect` does, the requests tables included

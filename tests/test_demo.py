@@ -28,7 +28,7 @@ DISAGG_RESPONSES_REPLY = re.compile(r"resp_(\d+)_[0-9a-f]{16}")
 
 def trace_join(*args) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "TRACEJOIN_DEBUG"}
-    return subprocess.run([sys.executable, "-m", "tracejoin.cli.main", *map(str, args)],
+    return subprocess.run([sys.executable, "-m", "tracejoin.cli", *map(str, args)],
                           capture_output=True, text=True, env=env, timeout=DEMO_TIMEOUT_S)
 
 

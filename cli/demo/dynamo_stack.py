@@ -117,7 +117,7 @@ class DynamoStack(StartsAndStops):
 def _spawn(args: list[str], output: Path) -> subprocess.Popen:
     env = {key: value for key, value in os.environ.items() if not key.startswith(_DROPPED_ENV_PREFIXES)}
     with output.open("wb") as out:
-        return subprocess.Popen([sys.executable, "-m", "tracejoin.cli.main", *args], stdin=subprocess.DEVNULL,
+        return subprocess.Popen([sys.executable, "-m", "tracejoin.cli", *args], stdin=subprocess.DEVNULL,
                                 stdout=out, stderr=subprocess.STDOUT, env=env)
 
 

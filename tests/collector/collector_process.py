@@ -19,7 +19,7 @@ START_TIMEOUT_S = 20
 class Collector:
     def __init__(self, db: Path, *args: str, grpc: str = "127.0.0.1:0", http: str = "127.0.0.1:0"):
         self.db = db
-        self.argv = [sys.executable, "-m", "tracejoin.cli.main", "collect", "--db", str(db),
+        self.argv = [sys.executable, "-m", "tracejoin.cli", "collect", "--db", str(db),
                      "--otlp-grpc", grpc, "--otlp-http", http, *map(str, args)]
         self.proc: subprocess.Popen | None = None
         self.lines: queue.Queue[str] = queue.Queue()

@@ -66,7 +66,7 @@ class Run:
         """`trace-join ARGS --db DB --json`, while the collector holds DB: it answers through it."""
         assert self.stack.collector.poll() is None, "the collector stopped"
         env = {k: v for k, v in os.environ.items() if k != "TRACEJOIN_DEBUG"}
-        done = subprocess.run([sys.executable, "-m", "tracejoin.cli.main", *args, "--db", str(self.stack.db), "--json"],
+        done = subprocess.run([sys.executable, "-m", "tracejoin.cli", *args, "--db", str(self.stack.db), "--json"],
                               capture_output=True, text=True, env=env, timeout=60)
         assert done.returncode in (0, 1), done.stderr  # 1: nothing found (yet)
         return json.loads(done.stdout)

@@ -15,7 +15,7 @@ DEMO_TIMEOUT_S = 300  # about 10 s once Dynamo is installed
 
 def trace_join(*args) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "TRACEJOIN_DEBUG"}
-    return subprocess.run([sys.executable, "-m", "tracejoin.cli.main", *map(str, args)],
+    return subprocess.run([sys.executable, "-m", "tracejoin.cli", *map(str, args)],
                           capture_output=True, text=True, env=env, timeout=DEMO_TIMEOUT_S)
 
 

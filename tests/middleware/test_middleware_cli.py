@@ -22,7 +22,7 @@ def free_port() -> int:
 
 def test_trace_join_proxy_forwards_and_records_until_interrupted(served: Served, tmp_path):
     port, log = free_port(), LogFile(tmp_path / "proxy.jsonl")
-    command = [sys.executable, "-m", "tracejoin.cli.main", "proxy", "--upstream", served.url,
+    command = [sys.executable, "-m", "tracejoin.cli", "proxy", "--upstream", served.url,
                "--listen", f"127.0.0.1:{port}", "--log", str(log.path)]
     proxy = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
