@@ -136,11 +136,9 @@ def _request_json(store: Store, graph: IdGraph, request) -> dict:
 def _record_rows(store: Store, record_ids: list[int]) -> list[dict]:
     marks = ",".join("?" * len(record_ids))
     cur = store.con.execute(
-        f"""SELECT r.record_id, r.time_ns, r.steady_s, r.source, r.kind, w.worker, w.role, r.level, r.name,
-                   r.duration_ns, r.status, r.attrs
-            FROM records r JOIN record_workers w USING (record_id)
-            WHERE r.record_id IN ({marks})
-            ORDER BY r.time_ns NULLS LAST, r.origin_id, r."offset", r.seq""",
+        f"""SELECT record_id, time_ns, steady_s, source, kind, worker, role, level, name, duration_ns, status, attrs
+            FROM record_workers WHERE record_id IN ({marks})
+            ORDER BY time_ns NULLS LAST, origin_id, "offset", seq""",
         record_ids,
     )
     names = [d[0] for d in cur.description]

@@ -81,12 +81,13 @@ CREATE TABLE IF NOT EXISTS worker_aliases (
     worker VARCHAR NOT NULL
 );
 
--- Each record's worker and role, settled: the file's identity where the record names none, under
--- the process's main name; a role where the record's source knows none (a hook file) or only
--- `worker`: the one the entry server gave it (Dynamo), else the one its other files state.
+-- Each record with its worker and role settled: the file's identity where the record names none,
+-- under the process's main name; a role where the record's source knows none (a hook file) or only
+-- `worker`: the one the entry server gave it (Dynamo), else the one its other files state. It carries
+-- all of the record's columns, so a reader filtering by record_id scans `records` once.
 CREATE OR REPLACE VIEW record_workers AS
 WITH named AS (
-    SELECT r.record_id, coalesce(a.worker, r.worker, o.worker) AS worker, coalesce(r.role, o.role) AS role
+    SELECT r.* REPLACE (coalesce(a.worker, r.worker, o.worker) AS worker, coalesce(r.role, o.role) AS role)
     FROM records r
     JOIN origins o USING (origin_id)
     LEFT JOIN worker_aliases a ON a.alias = coalesce(r.worker, o.worker)
@@ -96,8 +97,8 @@ WITH named AS (
     WHERE o.role IS NOT NULL AND o.role <> 'worker'
     GROUP BY 1 HAVING count(DISTINCT o.role) = 1
 )
-SELECT n.record_id, n.worker,
-       CASE WHEN n.role IS NULL OR n.role = 'worker' THEN coalesce(wr.role, s.role, n.role) ELSE n.role END AS role
+SELECT n.* REPLACE (
+    CASE WHEN n.role IS NULL OR n.role = 'worker' THEN coalesce(wr.role, s.role, n.role) ELSE n.role END AS role)
 FROM named n
 LEFT JOIN worker_roles wr ON wr.instance_id = regexp_extract(n.worker, '[^:]+$')
 LEFT JOIN stated_roles s ON s.worker = n.worker;
@@ -304,6 +305,9 @@ class Store:
             )
             con.execute("COMMIT")
         except BaseException:
-            con.execute("ROLLBACK")
             self._next_record_id = None
+            try:
+                con.execute("ROLLBACK")
+            except duckdb.TransactionException:  # a failed COMMIT has ended it already: report the failure
+                pass
             raise
