@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -35,12 +34,12 @@ from opentelemetry.trace import Status, StatusCode
 
 from .ids import (
     DEPRECATED_ID_HEADERS, DISAGG_REQUEST_ID_HEADER, ENGINE_REQUEST_ID_HEADER, X_REQUEST_ID, ReplyIdScanner,
-    clean_label, parse_json,
+    clean_label, new_internal_id, parse_json,
 )
 from .logs import RecordLog, configure_structlog, destination
-from .request_state import ServedRequest, serving
+from .request_state import ServedRequest, start_serving, stop_serving
 from .settings import WORKER_ROLES, Settings, worker_identity
-from .tracing import ServerSpans, incoming_trace_context
+from .tracing import TRACE_CONTEXT_HEADERS, ServerSpans, incoming_trace_context
 
 Message = dict[str, Any]
 
@@ -50,6 +49,14 @@ UNRECORDED_PATHS = frozenset({"/health", "/healthz", "/ready", "/readyz", "/live
 
 # What request.end says when the client left before any response was sent (nginx's convention).
 CLIENT_CLOSED_REQUEST = 499
+
+# Header names as ASGI carries them: lower-case bytes.
+X_REQUEST_ID_NAME = X_REQUEST_ID.encode()
+ENGINE_REQUEST_ID_NAME = ENGINE_REQUEST_ID_HEADER.encode()
+DISAGG_REQUEST_ID_NAME = DISAGG_REQUEST_ID_HEADER.encode()
+DEPRECATED_ID_NAMES = {header.encode(): header for header in DEPRECATED_ID_HEADERS}
+# The request headers the middleware reads, each for its first value.
+READ_HEADERS = frozenset({X_REQUEST_ID_NAME, DISAGG_REQUEST_ID_NAME, *TRACE_CONTEXT_HEADERS, *DEPRECATED_ID_NAMES})
 
 
 class TraceJoinMiddleware:
@@ -123,31 +130,37 @@ class Outputs:
 class Exchange:
     """One request and its response, as they pass through the middleware."""
 
+    __slots__ = (
+        "middleware", "outputs", "scope", "receive", "send", "headers", "started_at", "first_byte_at", "status",
+        "bytes_sent", "reply", "response_complete", "disconnected", "held_responses_id", "span", "caller_span",
+        "request",
+    )
+
     def __init__(self, middleware: TraceJoinMiddleware, scope: Message, receive: Any, send: Any) -> None:
         self.middleware = middleware
-        self.settings = middleware.settings
         self.outputs: Outputs = middleware.outputs
         self.scope, self.receive, self.send = scope, receive, send
-        self.headers = _first_values(scope.get("headers", []))
+        self.headers = _read_headers(scope.get("headers", ()))
 
         self.started_at = time.perf_counter()
         self.first_byte_at: float | None = None
         self.status: int | None = None
         self.bytes_sent = 0
-        self.reply = ReplyIdScanner("")  # replaced at the response start, when the content type is known
+        self.reply: ReplyIdScanner | None = None  # made at the response start, when the content type is known
         self.response_complete = False
         self.disconnected = False
         self.held_responses_id: str | None = None
 
         method, path = scope["method"], scope["path"]
-        parent = incoming_trace_context({name: value.decode("latin-1") for name, value in self.headers.items()})
+        parent = incoming_trace_context(self.headers)
         self.span = self.outputs.spans.start(
             f"{method} {path}", parent, attributes={"http.request.method": method, "url.path": path}
         )
-        raw_x_request_id = self._header(X_REQUEST_ID)
+        self.caller_span = trace.get_current_span(parent).get_span_context()
+        raw_x_request_id = self.headers.get(X_REQUEST_ID_NAME)
         x_request_id = clean_label(raw_x_request_id) if raw_x_request_id is not None else ""
         self.request = ServedRequest(
-            internal_id=str(uuid.uuid4()),
+            internal_id=new_internal_id(),
             x_request_id=x_request_id or None,  # a header that cleans to nothing is no label
             worker=self.outputs.worker,
             span=self.span,
@@ -157,15 +170,11 @@ class Exchange:
         if self.request.x_request_id is not None:
             # semconv: captured request headers are string arrays
             self.span.set_attribute("http.request.header.x-request-id", [self.request.x_request_id])
-        forwarded_disagg_id = self._header(DISAGG_REQUEST_ID_HEADER)
-        if self.settings.role in WORKER_ROLES and forwarded_disagg_id:
+        forwarded_disagg_id = self.headers.get(DISAGG_REQUEST_ID_NAME)
+        if self.middleware.settings.role in WORKER_ROLES and forwarded_disagg_id:
             # A worker believes the disagg id its router forwards; an entry server takes no key
             # from a client.
             self.request.set_disagg_request_id(clean_label(forwarded_disagg_id))
-        self.caller_span = trace.get_current_span(parent).get_span_context()
-
-    def _header(self, name: str) -> bytes | None:
-        return self.headers.get(name)
 
     # -- the request's life ------------------------------------------------------------------------
 
@@ -174,30 +183,32 @@ class Exchange:
         attached = otel_context.attach(trace.set_span_in_context(self.span))
         # bind and reset rather than bound_contextvars(), which reads the whole context to restore it
         bound = structlog.contextvars.bind_contextvars(**self._fields_of_every_line())
+        serving = start_serving(self.request)
         try:
-            with serving(self.request):
-                log.info("request.start", method=self.scope["method"], route=self.scope["path"])
-                for header in DEPRECATED_ID_HEADERS:
-                    if self._header(header) is not None:
-                        log.warning("request.header_ignored", header=header)
-                try:
-                    await self._serve()
-                except Exception as error:
-                    self.span.record_exception(error)
-                    raise
-                finally:
-                    self._release_responses_id()
-                    self._end()
+            log.info("request.start", method=self.scope["method"], route=self.scope["path"])
+            for name, header in DEPRECATED_ID_NAMES.items():
+                if name in self.headers:
+                    log.warning("request.header_ignored", header=header)
+            try:
+                await self._serve()
+            except Exception as error:
+                self.span.record_exception(error)
+                raise
+            finally:
+                self._release_responses_id()
+                self._end()
         finally:
-            structlog.contextvars.reset_contextvars(**bound)
+            stop_serving(serving)
+            for token in bound.values():
+                token.var.reset(token)
             otel_context.detach(attached)
 
     def _fields_of_every_line(self) -> dict[str, str]:
         """What every line logged while serving the request carries, the app's lines included."""
         span_context = self.span.get_span_context()
         ids = {
-            "service": self.settings.service,
-            "role": self.settings.role,
+            "service": self.middleware.settings.service,
+            "role": self.middleware.settings.role,
             "worker": self.outputs.worker,
             "internal_id": self.request.internal_id,
             "trace_id": trace.format_trace_id(span_context.trace_id),
@@ -269,17 +280,18 @@ class Exchange:
     def _end(self) -> None:
         now = time.perf_counter()
         status = self.status or (CLIENT_CLOSED_REQUEST if self.disconnected else 500)
-        streaming = self.reply.streaming
-        route = getattr(self.scope.get("route"), "path", None)  # the route template, when routed
+        streaming = self.reply is not None and self.reply.streaming
         span = self.span
-        span.set_attribute("http.response.status_code", status)
-        span.set_attribute("tracejoin.streaming", streaming)
-        span.set_attribute("tracejoin.disconnected", self.disconnected)
-        if route:
-            span.set_attribute("http.route", route)
-            span.update_name(f"{self.scope['method']} {route}")
-        if status >= 500:
-            span.set_status(Status(StatusCode.ERROR))
+        if span.is_recording():  # what only a recorded span keeps
+            span.set_attribute("http.response.status_code", status)
+            span.set_attribute("tracejoin.streaming", streaming)
+            span.set_attribute("tracejoin.disconnected", self.disconnected)
+            route = getattr(self.scope.get("route"), "path", None)  # the route template, when routed
+            if route:
+                span.set_attribute("http.route", route)
+                span.update_name(f"{self.scope['method']} {route}")
+            if status >= 500:
+                span.set_status(Status(StatusCode.ERROR))
         log_method = self.outputs.log.error if status >= 500 else self.outputs.log.info
         log_method(
             "request.end",
@@ -302,30 +314,40 @@ class Exchange:
         return message
 
     async def _send_observed(self, message: Message) -> None:
-        if message["type"] == "http.response.start":
+        kind = message["type"]
+        last_body = kind == "http.response.body" and not message.get("more_body", False)
+        if kind == "http.response.start":
             message = self._on_response_start(message)
-        elif message["type"] == "http.response.body":
-            self._on_body(message.get("body", b""), last=not message.get("more_body", False))
+        elif kind == "http.response.body":
+            self._on_body(message.get("body", b""), last=last_body)
         try:
             await self.send(message)
         except OSError:  # ASGI 2.4 servers raise it when the client has gone
             self._client_left()
             raise
-        if message["type"] == "http.response.body" and not message.get("more_body", False):
+        if last_body:
             self.response_complete = True
 
     def _on_response_start(self, message: Message) -> Message:
-        self.request.response_started = True
+        request = self.request
+        request.response_started = True
         self.status = message["status"]
-        headers = list(message.get("headers", []))
-        content_type = next((value for name, value in headers if name.lower() == b"content-type"), b"")
-        self.reply = ReplyIdScanner(content_type.decode("latin-1"))
-        if self.request.x_request_id is not None:
+        # One pass over the app's headers: find the content type, drop any x-request-id to be echoed.
+        echo_x_request_id = request.x_request_id is not None
+        content_type = None
+        headers = []
+        for header in message.get("headers", ()):
+            name = header[0].lower()
+            if name == b"content-type" and content_type is None:
+                content_type = header[1]
+            if not (echo_x_request_id and name == X_REQUEST_ID_NAME):
+                headers.append(header)
+        self.reply = ReplyIdScanner(content_type.decode("latin-1") if content_type is not None else "")
+        if echo_x_request_id:
             # The echo is the cleaned label, whatever the app put there.
-            headers = [(name, value) for name, value in headers if name.lower() != X_REQUEST_ID.encode()]
-            headers.append((X_REQUEST_ID.encode(), self.request.x_request_id.encode()))
-        if self.request.engine_request_id is not None:
-            headers.append((ENGINE_REQUEST_ID_HEADER.encode(), self.request.engine_request_id.encode()))
+            headers.append((X_REQUEST_ID_NAME, request.x_request_id.encode()))
+        if request.engine_request_id is not None:
+            headers.append((ENGINE_REQUEST_ID_NAME, request.engine_request_id.encode()))
         return {**message, "headers": headers}
 
     def _on_body(self, body: bytes, *, last: bool) -> None:
@@ -333,18 +355,20 @@ class Exchange:
             if self.first_byte_at is None:
                 self.first_byte_at = time.perf_counter()
             self.bytes_sent += len(body)
-        if self.request.reply_id is None:
+        if self.request.reply_id is None and self.reply is not None:
             self.reply.feed(body, last=last)
             if self.reply.reply_id:
                 self.request.set_reply_id(self.reply.reply_id)
 
 
-def _first_values(raw_headers: Iterable[tuple[bytes, bytes]]) -> dict[str, bytes]:
-    """Header name (lower case) → its first value."""
-    first: dict[str, bytes] = {}
+def _read_headers(raw_headers: Iterable[tuple[bytes, bytes]]) -> dict[bytes, bytes]:
+    """The first value of each request header the middleware reads, by its lower-case name."""
+    read: dict[bytes, bytes] = {}
     for name, value in raw_headers:
-        first.setdefault(name.decode("latin-1").lower(), value)
-    return first
+        name = name.lower()  # noqa: PLW2901
+        if name in READ_HEADERS and name not in read:
+            read[name] = value
+    return read
 
 
 def _replay(messages: list[Message], receive: Any) -> Any:

@@ -3,13 +3,14 @@
 The processor chain is composed in one place, `processor_chain`; each processor does one job. When
 the application has not configured structlog, the middleware configures structlog with that chain,
 so that what the application logs lands in the same file carrying the ids the middleware bound.
-The middleware's own lifecycle records (`RecordLog`) run the same processors but skip structlog's
-logger machinery and render with orjson: they are written on every request, and through the full
+The middleware's own lifecycle records (`RecordLog`) come out as that chain writes them, but are put
+together directly and rendered with orjson: they are written on every request, and through the
 chain they cost more than a small app's whole request (docs/performance.md, benchmark 3).
 """
 
 from __future__ import annotations
 
+import contextvars
 import os
 import socket
 import sys
@@ -19,17 +20,21 @@ from typing import Any
 
 import orjson
 import structlog
+from structlog.contextvars import STRUCTLOG_KEY_PREFIX
 
 from .settings import STDERR
 
 SCHEMA = "tracejoin.log.v1"
 
 # Written first on every line, in the schema's order: what and who, then the ids, then the rest.
-LEADING_FIELDS = (
-    "schema", "ts", "level", "event", "service", "role", "worker", "process",
+# A line's schema, ts, level and event are its own; the others come from its fields, the bound
+# contextvars or the process identity.
+WHO_AND_IDS = (
+    "service", "role", "worker", "process",
     "internal_id", "x_request_id", "trace_id", "span_id", "parent_span_id",
     "reply_id", "disagg_request_id", "engine_request_id", "engine_worker",
 )
+LEADING_FIELDS = ("schema", "ts", "level", "event", *WHO_AND_IDS)
 
 EventDict = dict[str, Any]
 
@@ -107,7 +112,7 @@ class RecordLog:
     """
 
     def __init__(self, service: str, role: str, worker: str, writer: structlog.WriteLogger):
-        self.add_process_identity = AddProcessIdentity(service, role, worker)
+        self.process_identity = AddProcessIdentity(service, role, worker).identity
         self.writer = writer
 
     def info(self, event: str, **fields: Any) -> None:
@@ -120,12 +125,40 @@ class RecordLog:
         self._write("error", event, fields)
 
     def _write(self, level: str, event: str, fields: EventDict) -> None:
-        event_dict = structlog.contextvars.merge_contextvars(self, level, {"event": event, **fields})
-        event_dict["level"] = level
-        event_dict = self.add_process_identity(self, level, event_dict)
-        event_dict["ts"] = utc_timestamp()
-        event_dict["schema"] = SCHEMA
-        self.writer.msg(_render(put_leading_fields_first(self, level, event_dict)))
+        bound = bound_contextvars()
+        # Who wins a key, as in processor_chain: the level, timestamp and schema over everything,
+        # then the record's fields, then what is bound, then the process identity.
+        known = {**self.process_identity, **bound, **fields}
+        record = {"schema": SCHEMA, "ts": utc_timestamp(), "level": level, "event": event}
+        for key in WHO_AND_IDS:
+            if key in known:
+                record[key] = known[key]
+        # then the others in the order the chain leaves them: the fields', then the bound ones'
+        for key, value in fields.items():
+            record.setdefault(key, value)
+        for key, value in bound.items():
+            record.setdefault(key, value)
+        self.writer.msg(_render(record))
+
+
+# structlog's contextvars (a key's ContextVar is named STRUCTLOG_KEY_PREFIX + key) → their keys, as
+# they are met. structlog keeps its ContextVars for the life of the process, so this stays as small.
+_bound_keys: dict[contextvars.ContextVar, str] = {}
+
+
+def bound_contextvars() -> EventDict:
+    """structlog.contextvars.get_contextvars(), the same dict in the same order, in a third of the
+    time: the key of each ContextVar is worked out once per process, not once per line."""
+    bound = {}
+    for var, value in contextvars.copy_context().items():
+        key = _bound_keys.get(var)
+        if key is None:
+            if not var.name.startswith(STRUCTLOG_KEY_PREFIX):
+                continue
+            key = _bound_keys[var] = var.name[len(STRUCTLOG_KEY_PREFIX):]
+        if value is not Ellipsis:  # what unbind_contextvars leaves
+            bound[key] = value
+    return bound
 
 
 def _render(record: EventDict) -> str:

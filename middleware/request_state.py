@@ -8,9 +8,7 @@ Outside a request the middleware serves they do nothing.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
+from contextvars import ContextVar, Token
 from dataclasses import dataclass
 
 import structlog
@@ -98,11 +96,10 @@ def bind_disagg_request_id(disagg_request_id: int | str) -> None:
     structlog.contextvars.bind_contextvars(disagg_request_id=request.disagg_request_id)
 
 
-@contextmanager
-def serving(request: ServedRequest) -> Iterator[None]:
-    """Make `request` the current request for the code the middleware runs inside this block."""
-    token = _served_request.set(request)
-    try:
-        yield
-    finally:
-        _served_request.reset(token)
+def start_serving(request: ServedRequest) -> Token[ServedRequest | None]:
+    """Make `request` the current request for the code the middleware runs next, until stop_serving."""
+    return _served_request.set(request)
+
+
+def stop_serving(token: Token[ServedRequest | None]) -> None:
+    _served_request.reset(token)

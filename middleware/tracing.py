@@ -27,6 +27,7 @@ TRACER_NAME = "tracejoin.middleware"
 # traceparent and tracestate, read and written exactly as W3C Trace Context says, whatever global
 # propagator the application configured.
 W3C = TraceContextTextMapPropagator()
+TRACE_CONTEXT_HEADERS = (b"traceparent", b"tracestate")
 
 
 class ServerSpans:
@@ -85,6 +86,8 @@ def traces_url(endpoint: str) -> str:
     return endpoint if endpoint.endswith("/v1/traces") else f"{endpoint}/v1/traces"
 
 
-def incoming_trace_context(headers: Mapping[str, str]) -> Context:
-    """The caller's trace from its traceparent/tracestate; an empty context (a new trace) without one."""
-    return W3C.extract(headers, context=Context())
+def incoming_trace_context(headers: Mapping[bytes, bytes]) -> Context:
+    """The caller's trace from its traceparent/tracestate (`headers`: a request's, by lower-case
+    name); an empty context (a new trace) without one."""
+    carrier = {name.decode(): headers[name].decode("latin-1") for name in TRACE_CONTEXT_HEADERS if name in headers}
+    return W3C.extract(carrier, context=Context())
