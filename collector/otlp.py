@@ -1,29 +1,96 @@
 """OTLP export requests to records, and the answers, for both receivers (otlp_http.py, otlp_grpc.py).
 
-Every body is read by the OTLP JSON source (sources/otlp_json.py), so spans and log records that
-arrive over the network become the same records as the same data read from a file. A protobuf
-request goes through protobuf's JSON mapping first (its ids come out base64, which that parser
-accepts). When some spans or log records cannot be read, the others are kept and the answer is a
-partial success: how many were rejected, and the first reason.
+Spans and log records that arrive over the network become the same records as the same data read
+from a file: the OTLP JSON source (sources/otlp_json.py) reads JSON bodies, and makes the records of
+protobuf bodies too, from the `Span`s and `Log`s read here straight from their messages (going
+through protobuf's JSON mapping instead cost more than all the rest of the decode). When some spans
+or log records cannot be read, the others are kept and the answer is a partial success: how many
+were rejected, and the first reason.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 from dataclasses import dataclass
+from typing import Callable, Iterable
 
-from google.protobuf.json_format import MessageToDict
 from google.protobuf.message import DecodeError, Message
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 from .records import Record
 from .sources import otlp_json
+from .sources.otlp_json import Log, Span, id_hex
 from .sources.parsing import Unparseable, load_object
 from .writer import Body
 
 SOURCE = otlp_json.NAME
 MAX_BODY = 20 << 20  # the limit the OTLP spec recommends, before and after decompression
+
+
+# -- protobuf messages to the OTLP JSON source's spans and log records --------------------------
+# Each field as that source reads it from protobuf's JSON mapping of the message, which leaves out
+# what is unset (so 0 is None here) and writes bytes as base64. Unset strings stay "" where the
+# records treat "" as no value.
+
+def _span(span, scope: str | None) -> Span:
+    status = span.status
+    return Span(
+        name=span.name,
+        attrs=_attributes(span.attributes),
+        scope=scope,
+        start_ns=span.start_time_unix_nano or None,
+        end_ns=span.end_time_unix_nano or None,
+        kind=span.kind,
+        status_code=status.code,
+        status_message=status.message or None,
+        trace_id=id_hex(span.trace_id, 16, "traceId"),
+        span_id=id_hex(span.span_id, 8, "spanId"),
+        parent_span_id=id_hex(span.parent_span_id, 8, "parentSpanId"),
+        events=[{"name": e.name or None, "time_ns": e.time_unix_nano or None} for e in span.events] or None,
+    )
+
+
+def _log(log, scope: str | None) -> Log:
+    return Log(
+        attrs=_attributes(log.attributes),
+        scope=scope,
+        body=_value(log.body),
+        event_name=log.event_name,
+        time_ns=log.time_unix_nano or None,
+        observed_ns=log.observed_time_unix_nano or None,
+        severity_text=log.severity_text,
+        trace_id=id_hex(log.trace_id, 16, "traceId"),
+        span_id=id_hex(log.span_id, 8, "spanId"),
+    )
+
+
+def _attributes(kvs) -> dict:
+    out = {}
+    for kv in kvs:
+        key = kv.key
+        if not key:
+            raise Unparseable(otlp_json.NO_KEY)
+        out[key] = _value(kv.value)
+    return out
+
+
+_SCALARS = frozenset({"string_value", "int_value", "bool_value", "double_value"})
+
+
+def _value(v):
+    """An AnyValue as a plain Python value (as otlp_json.any_value reads its JSON form)."""
+    kind = v.WhichOneof("value")
+    if kind in _SCALARS:
+        return getattr(v, kind)
+    if kind == "array_value":
+        return [_value(x) for x in v.array_value.values]
+    if kind == "kvlist_value":
+        return _attributes(v.kvlist_value.values)
+    if kind == "bytes_value":
+        return base64.b64encode(v.bytes_value).decode()
+    return None  # unset, or an index into a profiles string table (spans and logs use none)
 
 
 @dataclass(frozen=True)
@@ -33,20 +100,25 @@ class Signal:
     request: type[Message]
     response: type[Message]
     rejected_field: str  # in the response's partial_success
-    # (resource list, scope list, item list) keys, in lowerCamelCase and in snake_case
+    # (resource list, scope list, item list) keys, in lowerCamelCase and in snake_case (the
+    # latter are also the protobuf messages' field names)
     shapes: tuple[tuple[str, str, str], ...]
+    read: Callable[[Message, str | None], Span | Log]  # reads one protobuf item, given its scope's name
+    records: Callable[[otlp_json.LineParser, dict, list], list[Record]]  # makes one resource's records
 
 
 TRACES = Signal(
     "traces", trace_service_pb2.DESCRIPTOR.services_by_name["TraceService"].full_name,
     trace_service_pb2.ExportTraceServiceRequest, trace_service_pb2.ExportTraceServiceResponse,
     "rejected_spans", (("resourceSpans", "scopeSpans", "spans"), ("resource_spans", "scope_spans", "spans")),
+    _span, otlp_json.LineParser.span_records,
 )
 LOGS = Signal(
     "logs", logs_service_pb2.DESCRIPTOR.services_by_name["LogsService"].full_name,
     logs_service_pb2.ExportLogsServiceRequest, logs_service_pb2.ExportLogsServiceResponse,
     "rejected_log_records",
     (("resourceLogs", "scopeLogs", "logRecords"), ("resource_logs", "scope_logs", "log_records")),
+    _log, otlp_json.LineParser.log_records,
 )
 
 
@@ -71,10 +143,26 @@ class Receiver:
 
     def decode_protobuf(self, signal: Signal, body: bytes) -> Decoded:
         try:
-            message = signal.request.FromString(body)
+            request = signal.request.FromString(body)
         except DecodeError as e:
             raise Undecodable(f"not an {signal.request.__name__}: {e}") from None
-        return self.decode_object(signal, MessageToDict(message))
+        resources, scopes, items = signal.shapes[1]
+        # Each resource block with its items, each item with its scope's name; split into one
+        # item each when some item cannot be read, as _single_item_exports splits a JSON export.
+        blocks = [
+            (block, [(scope.scope.name or None, item)
+                     for scope in getattr(block, scopes) for item in getattr(scope, items)])
+            for block in getattr(request, resources)
+        ]
+        return _decode(lambda some: self._protobuf_records(signal, some), blocks,
+                       lambda: ([(block, [item])] for block, block_items in blocks for item in block_items))
+
+    def _protobuf_records(self, signal: Signal, blocks: list) -> list[Record]:
+        records = []
+        for block, items in blocks:
+            resource_attrs = _attributes(block.resource.attributes)
+            records += signal.records(self.parser, resource_attrs, [signal.read(item, scope) for scope, item in items])
+        return records
 
     def decode_json(self, signal: Signal, body: bytes) -> Decoded:
         try:
@@ -88,33 +176,39 @@ class Receiver:
         export = {key: obj[key] for key, _, _ in signal.shapes if key in obj}
         if not export:
             return Decoded([])  # an empty request is a success
-        try:
-            return Decoded(self.parser.decode(export))
-        except Exception:  # noqa: BLE001 - some item is unreadable: find which, keep the rest
-            pass
-        decoded = Decoded([])
-        try:
-            for one in _single_item_exports(signal, export):
-                try:
-                    decoded.records += self.parser.decode(one)
-                except Exception as e:  # noqa: BLE001 - as ingest does with a line no parser expected
-                    decoded.rejected += 1
-                    decoded.error = decoded.error or str(e)
-        except (AttributeError, TypeError):
-            raise Undecodable(f"not an OTLP {signal.name} export: its blocks are not objects and lists") from None
-        return decoded
+        return _decode(self.parser.decode, export, lambda: _single_item_exports(signal, export))
 
     def body(self, raw: bytes, decoded: Decoded) -> Body:
         return Body(self.origin, SOURCE, hashlib.sha256(raw).hexdigest(), decoded.records)
 
 
+def _decode(decode: Callable[[object], list[Record]], export, singles: Callable[[], Iterable]) -> Decoded:
+    """The records of an export; when some item of it cannot be read, those of each of `singles()`
+    (the export split into exports of one item each) that can, and how many cannot."""
+    try:
+        return Decoded(decode(export))
+    except Exception:  # noqa: BLE001 - some item is unreadable: find which, keep the rest
+        pass
+    decoded = Decoded([])
+    for one in singles():
+        try:
+            decoded.records += decode(one)
+        except Exception as e:  # noqa: BLE001 - as ingest does with a line no parser expected
+            decoded.rejected += 1
+            decoded.error = decoded.error or str(e)
+    return decoded
+
+
 def _single_item_exports(signal: Signal, export: dict):
-    """The export split into exports of one span (or log record) each, with its resource and scope."""
-    for resources_key, scopes_key, items_key in signal.shapes:
-        for block in export.get(resources_key) or []:
-            for scope in block.get(scopes_key) or []:
-                for item in scope.get(items_key) or []:
-                    yield {resources_key: [{**block, scopes_key: [{**scope, items_key: [item]}]}]}
+    """The JSON export split into exports of one span (or log record) each, with its resource and scope."""
+    try:
+        for resources_key, scopes_key, items_key in signal.shapes:
+            for block in export.get(resources_key) or []:
+                for scope in block.get(scopes_key) or []:
+                    for item in scope.get(items_key) or []:
+                        yield {resources_key: [{**block, scopes_key: [{**scope, items_key: [item]}]}]}
+    except (AttributeError, TypeError):
+        raise Undecodable(f"not an OTLP {signal.name} export: its blocks are not objects and lists") from None
 
 
 def response(signal: Signal, decoded: Decoded) -> Message:

@@ -1,16 +1,22 @@
 """OTLP JSON files: one `TracesData`/`LogsData` (or export request) per line, as the
 OpenTelemetry Collector's `file` exporter and Python's `opentelemetry-exporter-otlp-json-file`
-write them. Also `decode_request` for the same messages arriving over OTLP/HTTP with JSON bodies.
+write them. The OTLP receivers (collector/otlp.py) read the bodies they receive with it too.
 
 Forgiving as a receiver must be: trace and span ids in hex (the OTLP spec) or base64 (protobuf's
 generic JSON mapping), enums as numbers or names, 64-bit integers as strings or numbers, and keys
 in lowerCamelCase or snake_case.
+
+Records are made in one place, from `Span`s and `Log`s: the fields of one span or log record,
+whichever encoding they were read from. This module reads them from JSON objects; the receivers read
+protobuf bodies into them straight from the messages, and have `span_records`/`log_records` make
+their records, so the same data gives the same records whichever way it arrives.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+from dataclasses import dataclass
 
 import orjson
 
@@ -34,6 +40,9 @@ _TRTLLM_LATENCIES = {
     "gen_ai.latency.e2e": "e2e_ms",
     "gen_ai.latency.kv_cache_transfer_time": "kv_transfer_ms",
 }
+
+# protobuf's JSON mapping leaves out an empty key, so an attribute whose key is "" has none.
+NO_KEY = "attribute without a key"
 
 _SPAN_KINDS = {0: "unspecified", 1: "internal", 2: "server", 3: "client", 4: "producer", 5: "consumer"}
 _STATUS = {0: None, 1: "ok", 2: "error"}
@@ -109,26 +118,32 @@ def _enum(value, names: str, what: str) -> int:
 
 
 def _id(value, nbytes: int, what: str) -> str | None:
-    """A trace/span id as lowercase hex, from hex or base64; all-zero and empty mean none."""
+    """A trace/span id given as hex or base64 text (see id_hex)."""
     if value is None or value == "":
         return None
     if not isinstance(value, str):
         raise Unparseable(f"{what} is not a string")
+    raw = None
     if len(value) == nbytes * 2:
         try:
             raw = bytes.fromhex(value)
         except ValueError:
-            raw = None
-    else:
-        raw = None
+            pass
     if raw is None:
         try:
             raw = base64.b64decode(value, validate=True)
         except (binascii.Error, ValueError):
             raise Unparseable(f"{what} is neither hex nor base64: {value!r}") from None
-        if len(raw) != nbytes:
-            raise Unparseable(f"{what} has {len(raw)} bytes, expected {nbytes}")
-    return None if not any(raw) else raw.hex()
+    return id_hex(raw, nbytes, what)
+
+
+def id_hex(raw: bytes, nbytes: int, what: str) -> str | None:
+    """A trace/span id's bytes as lowercase hex; empty and all-zero mean none."""
+    if not raw:
+        return None
+    if len(raw) != nbytes:
+        raise Unparseable(f"{what} has {len(raw)} bytes, expected {nbytes}")
+    return raw.hex() if any(raw) else None
 
 
 def any_value(v):
@@ -165,9 +180,83 @@ def attributes(kvs) -> dict:
     out = {}
     for kv in kvs:
         if not isinstance(kv, dict) or not isinstance(kv.get("key"), str):
-            raise Unparseable("attribute without a key")
+            raise Unparseable(NO_KEY)
         out[kv["key"]] = any_value(kv.get("value"))
     return out
+
+
+@dataclass(slots=True)
+class Span:
+    """One span, whichever encoding it was read from: ids as lowercase hex, times in ns, enums as
+    numbers, None for what it leaves out."""
+
+    name: str | None
+    attrs: dict
+    scope: str | None  # the name of the instrumentation scope that made it
+    start_ns: int | None
+    end_ns: int | None
+    kind: int
+    status_code: int
+    status_message: str | None
+    trace_id: str | None
+    span_id: str | None
+    parent_span_id: str | None
+    events: list[dict] | None  # {"name", "time_ns"} of each event; None without events
+
+
+@dataclass(slots=True)
+class Log:
+    """One log record, whichever encoding it was read from (as Span)."""
+
+    attrs: dict
+    scope: str | None
+    body: object  # the AnyValue as a plain value
+    event_name: str | None
+    time_ns: int | None
+    observed_ns: int | None
+    severity_text: str | None
+    trace_id: str | None
+    span_id: str | None
+
+
+def _json_span(span, scope: str | None) -> Span:
+    if not isinstance(span, dict):
+        raise Unparseable("span is not an object")
+    status = span.get("status") or {}
+    events = span.get("events")
+    return Span(
+        name=span.get("name"),
+        attrs=attributes(span.get("attributes", [])),
+        scope=scope,
+        start_ns=_int(_get(span, "startTimeUnixNano", "start_time_unix_nano"), "startTimeUnixNano"),
+        end_ns=_int(_get(span, "endTimeUnixNano", "end_time_unix_nano"), "endTimeUnixNano"),
+        kind=_enum(span.get("kind"), "kind", "span kind"),
+        status_code=_enum(status.get("code"), "status", "status code"),
+        status_message=status.get("message") or None,
+        trace_id=_id(_get(span, "traceId", "trace_id"), 16, "traceId"),
+        span_id=_id(_get(span, "spanId", "span_id"), 8, "spanId"),
+        parent_span_id=_id(_get(span, "parentSpanId", "parent_span_id"), 8, "parentSpanId"),
+        events=[
+            {"name": e.get("name"), "time_ns": _int(_get(e, "timeUnixNano", "time_unix_nano"), "event time")}
+            for e in events if isinstance(e, dict)
+        ] if events else None,
+    )
+
+
+def _json_log(log, scope: str | None) -> Log:
+    if not isinstance(log, dict):
+        raise Unparseable("log record is not an object")
+    return Log(
+        attrs=attributes(log.get("attributes", [])),
+        scope=scope,
+        body=any_value(log.get("body")),
+        event_name=_get(log, "eventName", "event_name"),
+        time_ns=_int(_get(log, "timeUnixNano", "time_unix_nano"), "timeUnixNano"),
+        observed_ns=_int(_get(log, "observedTimeUnixNano", "observed_time_unix_nano"), "observedTimeUnixNano"),
+        severity_text=_get(log, "severityText", "severity_text"),
+        trace_id=_id(_get(log, "traceId", "trace_id"), 16, "traceId"),
+        span_id=_id(_get(log, "spanId", "span_id"), 8, "spanId"),
+    )
 
 
 class LineParser:
@@ -192,11 +281,41 @@ class LineParser:
             records += self._resource_logs(resource_logs)
         return records
 
-    # -- resources ------------------------------------------------------------------------------
+    def _resource_spans(self, block: dict) -> list[Record]:
+        if not isinstance(block, dict):
+            raise Unparseable("resourceSpans entry is not an object")
+        resource_attrs = attributes((block.get("resource") or {}).get("attributes", []))
+        spans = []
+        for scope_spans in _list(_get(block, "scopeSpans", "scope_spans"), "scopeSpans"):
+            scope = _scope_name(scope_spans)
+            spans += [_json_span(span, scope) for span in _list(scope_spans.get("spans"), "spans")]
+        return self.span_records(resource_attrs, spans)
 
-    def _identity(self, resource: dict, items: list[dict]) -> tuple[str | None, str | None]:
+    def _resource_logs(self, block: dict) -> list[Record]:
+        if not isinstance(block, dict):
+            raise Unparseable("resourceLogs entry is not an object")
+        resource_attrs = attributes((block.get("resource") or {}).get("attributes", []))
+        logs = []
+        for scope_logs in _list(_get(block, "scopeLogs", "scope_logs"), "scopeLogs"):
+            scope = _scope_name(scope_logs)
+            items = _list(_get(scope_logs, "logRecords", "log_records"), "logRecords")
+            logs += [_json_log(log, scope) for log in items]
+        return self.log_records(resource_attrs, logs)
+
+    # -- spans and log records, from either encoding, to records -------------------------------
+
+    def span_records(self, resource_attrs: dict, spans: list[Span]) -> list[Record]:
+        """The records of the spans of one resource."""
+        worker, role = self._identity(resource_attrs, spans)
+        return [self._span(span, worker, role) for span in spans]
+
+    def log_records(self, resource_attrs: dict, logs: list[Log]) -> list[Record]:
+        """The records of the log records of one resource."""
+        worker, role = self._identity(resource_attrs, [])
+        return [self._log(log, worker, role) for log in logs]
+
+    def _identity(self, attrs: dict, spans: list[Span]) -> tuple[str | None, str | None]:
         """(worker, role) of the process that exported a resource block."""
-        attrs = attributes((resource or {}).get("attributes", []))
         service = attrs.get("service.name")
         role = attrs.get("tracejoin.role") or _role_of_service(service)
         host, pid = attrs.get("host.name"), attrs.get("process.pid")
@@ -205,9 +324,9 @@ class LineParser:
         worker = f"{host}:{pid}" if host and pid else attrs.get("service.instance.id")
         if worker is None:
             # A Dynamo worker names its discovery instance on its handle_payload spans.
-            for item in items:
-                a = item["attrs"]
-                if item.get("name") == "handle_payload" and a.get("instance_id") is not None:
+            for span in spans:
+                a = span.attrs
+                if span.name == "handle_payload" and a.get("instance_id") is not None:
                     component = str(a.get("component") or "worker")
                     worker = f"{component}:{a['instance_id']}"
                     role = role or _role_of_service(component)
@@ -220,102 +339,59 @@ class LineParser:
             self._identity_by_service[service] = (worker, role)
         return worker, role
 
-    def _resource_spans(self, block: dict) -> list[Record]:
-        if not isinstance(block, dict):
-            raise Unparseable("resourceSpans entry is not an object")
-        items = []
-        for scope_spans in _list(_get(block, "scopeSpans", "scope_spans"), "scopeSpans"):
-            scope = _scope_name(scope_spans)
-            for span in _list(scope_spans.get("spans"), "spans"):
-                if not isinstance(span, dict):
-                    raise Unparseable("span is not an object")
-                items.append({"name": span.get("name"), "attrs": attributes(span.get("attributes", [])),
-                              "span": span, "scope": scope})
-        worker, role = self._identity(block.get("resource"), items)
-        return [self._span(item, worker, role) for item in items]
-
-    def _span(self, item: dict, worker: str | None, role: str | None) -> Record:
-        span, attrs = item["span"], item["attrs"]
-        if item["name"] == _TRTLLM_DISAGG_SPAN:
+    def _span(self, span: Span, worker: str | None, role: str | None) -> Record:
+        attrs = span.attrs
+        if span.name == _TRTLLM_DISAGG_SPAN:
             role = role or "router"
-        start = _int(_get(span, "startTimeUnixNano", "start_time_unix_nano"), "startTimeUnixNano")
-        end = _int(_get(span, "endTimeUnixNano", "end_time_unix_nano"), "endTimeUnixNano")
-        kind = _enum(span.get("kind"), "kind", "span kind")
-        status = span.get("status") or {}
-        code = _enum(status.get("code"), "status", "status code")
+        start, end = span.start_ns, span.end_ns
         record = Record(
             kind="span",
-            name=item["name"] or "",
+            name=span.name or "",
             time_ns=start,
             duration_ns=(end - start) if start is not None and end is not None else None,
             worker=worker,
             role=role,
-            status=_STATUS.get(code),
-            trace_id=_id(_get(span, "traceId", "trace_id"), 16, "traceId"),
-            span_id=_id(_get(span, "spanId", "span_id"), 8, "spanId"),
-            parent_span_id=_id(_get(span, "parentSpanId", "parent_span_id"), 8, "parentSpanId"),
+            status=_STATUS.get(span.status_code),
+            trace_id=span.trace_id,
+            span_id=span.span_id,
+            parent_span_id=span.parent_span_id,
         )
         if record.trace_id is None or record.span_id is None:
             raise Unparseable(f"span {record.name!r} has no traceId or spanId")
         # Dynamo's frontend root span (kind INTERNAL in 1.6.1), or a server span of an entry tier.
-        record.entry = record.name == "http-request" or (_SPAN_KINDS.get(kind) == "server" and role in ENTRY_ROLES)
+        record.entry = record.name == "http-request" or (_SPAN_KINDS.get(span.kind) == "server" and role in ENTRY_ROLES)
         http_status = attrs.get("http.response.status_code") or attrs.get("http.status_code")
         if http_status is not None:
             record.status = str(http_status)
         self._ids(record, attrs, worker)
-        extra = {"span_kind": _SPAN_KINDS.get(kind, str(kind)), "scope": item["scope"]}
-        if status.get("message"):
-            extra["status_message"] = status["message"]
-        events = span.get("events") or []
-        if events:
-            extra["events"] = [
-                {"name": e.get("name"), "time_ns": _int(_get(e, "timeUnixNano", "time_unix_nano"), "event time")}
-                for e in events if isinstance(e, dict)
-            ]
-        extra.update(_trtllm_span_attrs(attrs))
+        extra = {"span_kind": _SPAN_KINDS.get(span.kind, str(span.kind)), "scope": span.scope,
+                 "status_message": span.status_message, "events": span.events, **_trtllm_span_attrs(attrs)}
         record.attrs = {**attrs, **{k: v for k, v in extra.items() if v is not None}}
         return record
 
-    def _resource_logs(self, block: dict) -> list[Record]:
-        if not isinstance(block, dict):
-            raise Unparseable("resourceLogs entry is not an object")
-        items = []
-        for scope_logs in _list(_get(block, "scopeLogs", "scope_logs"), "scopeLogs"):
-            scope = _scope_name(scope_logs)
-            for log in _list(_get(scope_logs, "logRecords", "log_records"), "logRecords"):
-                if not isinstance(log, dict):
-                    raise Unparseable("log record is not an object")
-                items.append({"name": None, "attrs": attributes(log.get("attributes", [])), "log": log,
-                              "scope": scope})
-        worker, role = self._identity(block.get("resource"), items)
-        return [self._log(item, worker, role) for item in items]
-
-    def _log(self, item: dict, worker: str | None, role: str | None) -> Record:
-        log, attrs = item["log"], item["attrs"]
-        body = any_value(log.get("body"))
-        time_ns = _int(_get(log, "timeUnixNano", "time_unix_nano"), "timeUnixNano") or _int(
-            _get(log, "observedTimeUnixNano", "observed_time_unix_nano"), "observedTimeUnixNano"
-        )
-        name = body if isinstance(body, str) else (_get(log, "eventName", "event_name") or "")
+    def _log(self, log: Log, worker: str | None, role: str | None) -> Record:
+        name = log.body if isinstance(log.body, str) else (log.event_name or "")
         record = Record(
             kind="log",
             name=name if isinstance(name, str) else orjson.dumps(name).decode(),
-            time_ns=time_ns,
+            time_ns=log.time_ns or log.observed_ns,  # Dynamo 1.6.1 sets only the observed time
             worker=worker,
             role=role,
-            level=_get(log, "severityText", "severity_text") or None,
-            trace_id=_id(_get(log, "traceId", "trace_id"), 16, "traceId"),
-            span_id=_id(_get(log, "spanId", "span_id"), 8, "spanId"),
+            level=log.severity_text or None,
+            trace_id=log.trace_id,
+            span_id=log.span_id,
         )
-        self._ids(record, attrs, worker)
-        record.attrs = {**attrs, "scope": item["scope"]} if item["scope"] else (attrs or None)
+        self._ids(record, log.attrs, worker)
+        record.attrs = {**log.attrs, "scope": log.scope} if log.scope else (log.attrs or None)
         return record
 
     @staticmethod
     def _ids(record: Record, attrs: dict, worker: str | None) -> None:
         for key, kind in _ID_ATTRIBUTES.items():
             value = attrs.get(key)
-            for v in value if isinstance(value, list) else [value]:
+            if value is None:  # as most of these keys are, on most records
+                continue
+            for v in value if isinstance(value, list) else (value,):
                 if isinstance(v, (str, int)):
                     record.add_id(kind, v)
         record.add_id(TRACE_ID, record.trace_id)
