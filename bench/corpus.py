@@ -23,7 +23,8 @@ from pathlib import Path
 
 from tracejoin.collector.dynamo_sample import DynamoSample
 from tracejoin.collector.ingest import Ingester
-from tracejoin.collector.store import INDEXES, open_store
+from tracejoin.collector import id_index
+from tracejoin.collector.store import open_store
 
 VERSION = 1  # bump when the lines change, so cached corpora are rebuilt
 FRONTENDS, PREFILLS, DECODES = 4, 6, 6  # 16 workers
@@ -184,8 +185,8 @@ class Corpus:
 def build_store(corpus: Corpus, db: Path, scratch: Path) -> dict:
     """The store `trace-join ingest` would make of the corpus: the first PERIOD requests are
     ingested for real (all 16 workers, their identities and roles), and every later request is a
-    copy of the one of those with the same workers, its ids and time replaced, made in SQL. The id
-    index is dropped while copying and rebuilt after, as a bulk load should be."""
+    copy of the one of those with the same workers, its ids and time replaced, made in SQL. The ids
+    copied are indexed after, in sorted runs of millions, as a bulk load should be."""
     for path in (db, db.with_name(db.name + ".wal")):
         path.unlink(missing_ok=True)
     seed = Corpus(scratch, min(PERIOD, corpus.requests)).ensure()
@@ -208,12 +209,12 @@ def build_store(corpus: Corpus, db: Path, scratch: Path) -> dict:
             "WHERE contains(t.attrs, i.internal_id) OR contains(t.attrs, i.trace_id) OR contains(t.name, i.internal_id)"
         ).fetchone()[0]
         assert leaked == 0, "template records hold ids outside the columns the copy rewrites"
-        con.execute("DROP INDEX record_ids_value")
         chunk = 100_000
         for first in range(seed.requests, corpus.requests, chunk):
             stop = min(first + chunk, corpus.requests)
             _copy_requests(con, first, stop, per_request, last_id, seed.requests)
-        con.execute(INDEXES)
+        id_index.index_existing(con, last_id + 1)  # the copies' records come after the seed's
+        id_index.compact(con)
         # The origins name the corpus files, as if ingested from there.
         con.execute("UPDATE origins SET path = replace(path, ?, ?)", [str(seed.folder), str(corpus.folder)])
         con.execute("CHECKPOINT")

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 from tracejoin.collector.lookup import lookup
-from tracejoin.collector.store import open_store
+from tracejoin.collector.store import SCHEMA_VERSION, open_store
 
 from .common import TRACE_JOIN, Config, Row, check, env_with, median, run_child
 from .corpus import Corpus, build_store, request_ids
@@ -27,11 +27,12 @@ def ensure_store(cfg: Config, corpus: Corpus) -> tuple[Path, dict]:
     marker = cfg.data / "lookup.json"
     if db.exists() and marker.exists():
         facts = json.loads(marker.read_text())
-        if facts.get("requests") == corpus.requests:
+        if facts.get("requests") == corpus.requests and facts.get("schema") == SCHEMA_VERSION:
             return db, facts
     marker.unlink(missing_ok=True)
     start = time.perf_counter()
-    facts = {"requests": corpus.requests, **build_store(corpus, db, cfg.data / "lookup-seed")}
+    facts = {"requests": corpus.requests, "schema": SCHEMA_VERSION,
+             **build_store(corpus, db, cfg.data / "lookup-seed")}
     facts["build_s"] = round(time.perf_counter() - start, 1)
     marker.write_text(json.dumps(facts))
     return db, facts

@@ -72,7 +72,9 @@ def _query(db: Optional[str], name: str, **params):
 
 @app.command()
 def ingest(
-    paths: List[str] = typer.Argument(..., help="Files, folders or globs; .gz is read as it is."),
+    paths: Optional[List[str]] = typer.Argument(
+        None, help="Files, folders or globs; .gz is read as it is. None: only open the store for writing, "
+                   "which upgrades a store an older trace-join wrote."),
     db: Optional[str] = DbOption,
     as_json: bool = JsonOption,
     worker: Optional[str] = typer.Option(
@@ -85,6 +87,7 @@ def ingest(
     from tracejoin.collector.requests import persist_requests
     from tracejoin.cli import render
 
+    paths = paths or []
     with _open(db, read_only=False) as store:
         with render.byte_progress(paths) as progress:
             try:

@@ -12,8 +12,8 @@ A key carried by two requests that started separately (two entry records in diff
 in one trace but in unrelated spans) is a collision: it joins records only within each trace, and
 records that carry it with nothing else to tell them apart are shown as ambiguous.
 
-The walk is breadth-first over the `record_ids` index, a few queries per step, so a lookup touches
-only the records of the requests it returns.
+The walk is breadth-first over the id index (id_index.py), a few queries per step, so a lookup
+touches only the records of the requests it returns.
 """
 
 from __future__ import annotations
@@ -23,7 +23,10 @@ from dataclasses import dataclass, field
 from .ids import KEY_KINDS, PARENT_SPAN, SCOPED_KINDS, SPAN
 
 SERVING_ROLES = {"router", "frontend", "proxy", "agg", "ctx", "gen", "prefill", "decode", "worker"}
-_CHUNK = 2000  # values per IN list
+_CHUNK = 2000  # values per query
+# Up to this many values, each is looked up on its own (one row group of each id run); more are
+# joined against the whole index in one scan, which costs the same for 10 values as for 2,000.
+_FEW_VALUES = 32
 
 
 @dataclass
@@ -82,10 +85,7 @@ class IdGraph:
             self._rows[v] = []
         for i in range(0, len(missing), _CHUNK):
             chunk = missing[i:i + _CHUNK]
-            marks = ",".join("?" * len(chunk))
-            for record_id, kind, value, scope in self.con.execute(
-                f"SELECT record_id, kind, value, scope FROM record_ids WHERE value IN ({marks})", chunk
-            ).fetchall():
+            for record_id, kind, value, scope in self.con.execute(_carriers_query(len(chunk)), chunk).fetchall():
                 self._rows[value].append((record_id, kind, self._aliases.get(scope, scope)))
 
     def load(self, record_ids) -> None:
@@ -277,3 +277,13 @@ def _same_request(a: Node, b: Node) -> bool:
     if a.span_id == b.span_id:
         return True
     return a.parent_span_id != b.parent_span_id
+
+
+def _carriers_query(n: int) -> str:
+    """The rows of the records carrying any of n values (parameters)."""
+    if n <= _FEW_VALUES:
+        return " UNION ALL ".join(["SELECT * FROM id_carriers(?)"] * n)
+    marks = ",".join("?" * n)
+    return (f"WITH wanted AS (SELECT unnest([{marks}]) AS value) "
+            "SELECT record_id, kind, value, scope FROM id_index "
+            "WHERE key IN (SELECT hash(value) FROM wanted) AND value IN (SELECT value FROM wanted)")

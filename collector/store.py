@@ -16,7 +16,10 @@ from pathlib import Path
 
 import duckdb
 
-SCHEMA_VERSION = 1
+from . import id_index
+
+# 2: ids indexed by sorted runs (id_index.py) instead of an ART index on record_ids.value
+SCHEMA_VERSION = 2
 DEFAULT_DB = "tracejoin.duckdb"
 
 SCHEMA = """
@@ -60,6 +63,7 @@ CREATE TABLE IF NOT EXISTS records (
 );
 
 -- Every id a record carries. `scope` qualifies ids that are only unique per worker (engine ids).
+-- Found by value through id_index.py's runs; by record_id through the zone maps (ids go in in order).
 CREATE TABLE IF NOT EXISTS record_ids (
     record_id BIGINT NOT NULL,
     kind      VARCHAR NOT NULL,
@@ -126,7 +130,6 @@ CREATE TABLE IF NOT EXISTS quarantine (
 """
 
 INDEXES = """
-CREATE INDEX IF NOT EXISTS record_ids_value ON record_ids (value);
 CREATE INDEX IF NOT EXISTS received_sha256 ON received (sha256);
 """
 
@@ -204,7 +207,14 @@ class Store:
             has_meta = False
         if has_meta:
             version = int(row[0]) if row else None
-            if version != SCHEMA_VERSION:
+            if version == 1 and not read_only:
+                self._upgrade_from_1()
+            elif version == 1:
+                raise StoreError(
+                    f"{self.path} was written by an older trace-join (schema 1): upgrade it once with "
+                    f"`trace-join ingest --db {self.path}` (no files needed), then read it"
+                )
+            elif version != SCHEMA_VERSION:
                 raise StoreError(
                     f"{self.path} has schema version {version}, this trace-join uses {SCHEMA_VERSION}: "
                     f"ingest into a new database (--db NEW.duckdb) or use the trace-join release that wrote it"
@@ -212,6 +222,14 @@ class Store:
             if not read_only:  # tables added since the store was made (all statements are IF NOT EXISTS)
                 self.con.execute(SCHEMA)
                 self.con.execute(INDEXES)
+                id_index.create(self.con)
+                if not id_index.keys_current(self.con):
+                    id_index.rekey(self.con)
+            elif not id_index.keys_current(self.con):
+                raise StoreError(
+                    f"{self.path} was indexed by a DuckDB release that hashes differently from this one: "
+                    f"re-index it once with `trace-join ingest --db {self.path}` (no files needed), then read it"
+                )
             return
         tables = self.con.execute("SELECT count(*) FROM information_schema.tables").fetchone()[0]
         if tables:
@@ -221,8 +239,19 @@ class Store:
         self.con.execute("BEGIN")
         self.con.execute(SCHEMA)
         self.con.execute(INDEXES)
+        id_index.create(self.con)
         self.con.execute("INSERT INTO meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
         self.con.execute("COMMIT")
+
+    def _upgrade_from_1(self) -> None:
+        """Index the ids by runs; the ART index goes (it is what stopped large stores)."""
+        self.con.execute("BEGIN")
+        self.con.execute("DROP INDEX IF EXISTS record_ids_value")
+        id_index.create(self.con)
+        id_index.index_existing(self.con)
+        self.con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION)])
+        self.con.execute("COMMIT")
+        id_index.compact(self.con)
 
     # -- origins -------------------------------------------------------------------------------
 
@@ -291,6 +320,7 @@ class Store:
             if ids is not None and ids.num_rows:
                 con.register("batch_ids", ids)
                 con.execute("INSERT INTO record_ids BY NAME SELECT * FROM batch_ids")
+                id_index.add(con, "batch_ids")
                 con.unregister("batch_ids")
             if quarantined is not None and quarantined.num_rows:
                 con.register("batch_quarantine", quarantined)
@@ -311,3 +341,4 @@ class Store:
             except duckdb.TransactionException:  # a failed COMMIT has ended it already: report the failure
                 pass
             raise
+        id_index.compact(con)

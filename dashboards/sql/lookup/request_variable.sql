@@ -3,20 +3,22 @@
 -- also the internal id it is derived from, for `resp_<disagg id>_<hex>` the disaggregated request;
 -- collector/ids.py). Newest first. When nothing matches, one sentinel row (no request has id -1)
 -- keeps the panels' `IN (...)` lists from being empty, which is not SQL.
-WITH query AS (
-    SELECT trim(${id:sqlstring}) AS id
-), wanted (kind, value) AS (
-    SELECT NULL, id FROM query
+-- Ids are found through the store's id index (`id_carriers`, collector/id_index.py), given each
+-- value as a constant so that DuckDB reads one row group of each run of the index.
+WITH wanted AS (
+    SELECT * FROM id_carriers(trim(${id:sqlstring}))
     UNION ALL
-    SELECT 'internal_id', lower(regexp_extract(id, '^(?:chatcmpl|cmpl)-([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})$', 1)) FROM query
+    SELECT * FROM id_carriers(lower(regexp_extract(trim(${id:sqlstring}),
+        '^(?:chatcmpl|cmpl)-([0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})$', 1)))
+    WHERE kind = 'internal_id'
     UNION ALL
-    SELECT 'disagg_request_id', regexp_extract(id, '^resp_([0-9]+)_[0-9a-f]{16}$', 1) FROM query
+    SELECT * FROM id_carriers(regexp_extract(trim(${id:sqlstring}), '^resp_([0-9]+)_[0-9a-f]{16}$', 1))
+    WHERE kind = 'disagg_request_id'
 ), matched AS (
     SELECT DISTINCT rr.request_id
-    FROM wanted
-    JOIN record_ids i ON i.value = wanted.value AND (wanted.kind IS NULL OR i.kind = wanted.kind)
+    FROM wanted i
     JOIN request_records rr USING (record_id)
-    WHERE length(wanted.value) > 0 AND i.kind NOT IN ('span', 'parent_span')
+    WHERE length(i.value) > 0 AND i.kind NOT IN ('span', 'parent_span')
 )
 SELECT __text, __value
 FROM (

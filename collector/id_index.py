@@ -1,0 +1,179 @@
+"""Finding the records that carry an id, in a store of any size, within a fixed memory budget.
+
+DuckDB's ART index has to sit in memory whole while rows are inserted into its table, and on
+`record_ids.value` it takes about 100 bytes an id: under the store's 256 MB memory limit ingest
+stopped at ~13 million ids, a few GB of logs (docs/performance.md, benchmark 5). So ids are indexed
+as sorted runs instead, the way a log-structured merge tree keeps them:
+
+- each batch's ids are appended to `id_tail`, with `key`, DuckDB's 64-bit `hash()` of the value
+  (twenty times cheaper than MD5); the tail is small enough to scan;
+- when the tail holds BASE_ROWS ids, they become a table `id_run_<n>` sorted by key. DuckDB keeps
+  the min and max of every row group, so looking a value up reads one row group of each run;
+- runs of about the same size are merged FANIN at a time, so N ids make O(log N) runs and each id
+  is rewritten O(log N) times.
+
+DuckDB does not promise `hash()` stays the same across releases, so the store keeps the hash of a
+fixed text (KEY_CHECK) from when its keys were made; a DuckDB that hashes it differently re-keys
+the index when it opens the store for writing (`rekey`).
+
+Readers go through the view `id_index` (the tail and every run; rebuilt whenever the runs change)
+and the table macro `id_carriers(value)`, which SQL written by hand (the dashboards) can call as well.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import duckdb
+
+BASE_ROWS = 100_000  # ids the tail holds before they become a run
+FANIN = 4  # runs of one tier merged together
+# Rows sorted at once: DuckDB's sort of these rows (their strings included) does not spill to disk
+# enough to stay within 256 MB beyond ~700,000 of them, so larger runs are written a slice of the
+# key range at a time, each slice sorted on its own and appended in order.
+SLICE_ROWS = 250_000
+
+_RUN_COLUMNS = "hash(value) AS key, record_id, kind, value, scope"
+KEY_CHECK = "hash('trace-join id key')"
+
+SCHEMA = f"""
+CREATE TABLE IF NOT EXISTS id_tail AS SELECT {_RUN_COLUMNS} FROM record_ids WHERE false;
+CREATE TABLE IF NOT EXISTS id_runs (
+    run   INTEGER NOT NULL,  -- the table is id_run_<run>
+    tier  INTEGER NOT NULL,
+    "rows" BIGINT NOT NULL
+);
+"""
+
+# Defined once: it reads whatever `id_index` holds when it runs.
+CARRIERS_MACRO = """
+CREATE OR REPLACE MACRO id_carriers(v) AS TABLE
+SELECT record_id, kind, value, scope FROM id_index WHERE key = hash(v) AND value = v;
+"""
+
+
+def create(con: duckdb.DuckDBPyConnection) -> None:
+    """The tail, the catalog of runs, the view and the macro; for a store that has them, the view and
+    the macro as this release defines them."""
+    con.execute(SCHEMA)
+    _define_view(con)
+    con.execute(CARRIERS_MACRO)
+    con.execute(f"INSERT OR IGNORE INTO meta VALUES ('id_key_check', CAST({KEY_CHECK} AS VARCHAR))")
+
+
+def keys_current(con: duckdb.DuckDBPyConnection) -> bool:
+    """Whether this DuckDB hashes as the one that made the store's keys."""
+    return con.execute(
+        f"SELECT value = CAST({KEY_CHECK} AS VARCHAR) FROM meta WHERE key = 'id_key_check'"
+    ).fetchone() == (True,)
+
+
+def rekey(con: duckdb.DuckDBPyConnection) -> None:
+    """Index every id again, with this DuckDB's hash."""
+    with _transaction(con):
+        for (run,) in con.execute("SELECT run FROM id_runs").fetchall():
+            con.execute(f"DROP TABLE id_run_{run}")
+        con.execute("DELETE FROM id_runs")
+        con.execute("DELETE FROM id_tail")
+        index_existing(con)
+        con.execute(f"UPDATE meta SET value = CAST({KEY_CHECK} AS VARCHAR) WHERE key = 'id_key_check'")
+    compact(con)
+
+
+def add(con: duckdb.DuckDBPyConnection, ids: str) -> None:
+    """Index the ids `ids` names (a table or a registered Arrow table with record_id, kind, value
+    and scope), in the caller's transaction."""
+    con.execute(f"INSERT INTO id_tail SELECT {_RUN_COLUMNS} FROM {ids}")
+
+
+def compact(con: duckdb.DuckDBPyConnection) -> None:
+    """Sort a full tail into a run, and merge runs while some tier holds FANIN of them, each step in
+    a transaction of its own (a merge can take seconds; the batches that called for it are committed
+    already, and a crash here loses nothing)."""
+    tail = con.execute("SELECT count(*) FROM id_tail").fetchone()[0]
+    if tail >= BASE_ROWS:
+        with _transaction(con):
+            _new_run(con, "id_tail", tail)
+            con.execute("DROP TABLE id_tail")
+            con.execute(SCHEMA)
+            _define_view(con)
+    while tier_runs := _full_tier(con):
+        with _transaction(con):
+            union = " UNION ALL ".join(f"SELECT * FROM id_run_{r}" for r in tier_runs)
+            listed = ",".join(map(str, tier_runs))
+            rows = con.execute(f'SELECT sum("rows") FROM id_runs WHERE run IN ({listed})').fetchone()[0]
+            _new_run(con, f"({union})", rows)
+            for r in tier_runs:
+                con.execute(f"DROP TABLE id_run_{r}")
+            con.execute(f"DELETE FROM id_runs WHERE run IN ({listed})")
+            _define_view(con)
+
+
+def index_existing(con: duckdb.DuckDBPyConnection, first_record_id: int = 0) -> None:
+    """Index the ids of `record_ids` from first_record_id on, in chunks the memory limit allows: of a
+    store from before runs, of one being re-keyed, or written in bulk (bench/corpus.py)."""
+    first, last, total = con.execute(
+        "SELECT min(record_id), max(record_id), count(*) FROM record_ids WHERE record_id >= ?", [first_record_id]
+    ).fetchone()
+    if first is None:
+        return
+    step = max(1, (last - first + 1) * SLICE_ROWS // total)
+    for start in range(first, last + 1, step):
+        chunk = f"(SELECT {_RUN_COLUMNS} FROM record_ids WHERE record_id >= {start} AND record_id < {start + step})"
+        _new_run(con, chunk, SLICE_ROWS)
+    _define_view(con)
+
+
+def tier_of(rows: int) -> int:
+    tier, bound = 0, BASE_ROWS
+    while rows >= bound:
+        tier, bound = tier + 1, bound * FANIN
+    return tier
+
+
+def _new_run(con: duckdb.DuckDBPyConnection, source: str, rows: int) -> None:
+    """A run of the rows of `source` (a relation of id_tail's columns, about `rows` of them), sorted
+    by key, in the catalog (not yet in the view)."""
+    run = con.execute("SELECT coalesce(max(run), 0) + 1 FROM id_runs").fetchone()[0]
+    con.execute(f"CREATE TABLE id_run_{run} AS FROM id_tail LIMIT 0")
+    slices = max(1, -(-rows // SLICE_ROWS))
+    for i in range(slices):
+        # keys are hashes, spread evenly: equal ranges hold about equal numbers of rows
+        low, high = i * 2**64 // slices, (i + 1) * 2**64 // slices
+        in_slice = f"key >= CAST({low} AS UBIGINT)" + (f" AND key < CAST({high} AS UBIGINT)" if i < slices - 1 else "")
+        con.execute(f"INSERT INTO id_run_{run} SELECT * FROM {source} WHERE {in_slice} ORDER BY key")
+    written = con.execute(f"SELECT count(*) FROM id_run_{run}").fetchone()[0]
+    if written == 0:
+        con.execute(f"DROP TABLE id_run_{run}")
+        return
+    con.execute("INSERT INTO id_runs VALUES (?, ?, ?)", [run, tier_of(written), written])
+
+
+@contextmanager
+def _transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
+    con.execute("BEGIN")
+    try:
+        yield
+        con.execute("COMMIT")
+    except BaseException:
+        try:
+            con.execute("ROLLBACK")
+        except duckdb.TransactionException:  # a failed COMMIT has ended it already
+            pass
+        raise
+
+
+def _full_tier(con: duckdb.DuckDBPyConnection) -> list[int]:
+    """The runs of the lowest tier that holds FANIN or more, oldest first; none when no tier does."""
+    row = con.execute(
+        "SELECT list(run ORDER BY run) FROM id_runs GROUP BY tier HAVING count(*) >= ? ORDER BY tier LIMIT 1",
+        [FANIN],
+    ).fetchone()
+    return row[0] if row else []
+
+
+def _define_view(con: duckdb.DuckDBPyConnection) -> None:
+    runs = [r for (r,) in con.execute("SELECT run FROM id_runs ORDER BY run").fetchall()]
+    body = " UNION ALL ".join(["SELECT * FROM id_tail"] + [f"SELECT * FROM id_run_{r}" for r in runs])
+    con.execute(f"CREATE OR REPLACE VIEW id_index AS {body}")

@@ -1,0 +1,127 @@
+"""The id index (collector/id_index.py): ids found by value in a store of any size, written within
+the store's memory limit, through merges, upgrades and a DuckDB that hashes differently."""
+
+from __future__ import annotations
+
+import uuid
+
+import duckdb
+import pytest
+
+from tracejoin.collector import id_index
+from tracejoin.collector.graph import IdGraph
+from tracejoin.collector.records import BatchBuilder, Record
+from tracejoin.collector.store import StoreError, open_store
+
+
+def write_requests(store, batches: int, per_batch: int) -> list[str]:
+    """Batches of log records, each carrying a random internal id, an x-request-id and a trace id;
+    the internal ids, in order."""
+    origin = store.new_origin("app.jsonl", "tracejoin_jsonl", 0, uuid.uuid4().hex)
+    internal_ids = []
+    for b in range(batches):
+        batch = BatchBuilder("tracejoin_jsonl", origin.origin_id)
+        for i in range(per_batch):
+            record = Record(kind="log", name="request.start")
+            internal_ids.append(str(uuid.uuid4()))
+            record.add_id("internal_id", internal_ids[-1])
+            record.add_id("x_request_id", f"xr-{b}-{i}")
+            record.add_id("trace_id", uuid.uuid4().hex)
+            batch.add(record, offset=b * per_batch + i, seq=0)
+        origin.consumed += per_batch
+        records, ids, quarantined = batch.tables(store.allocate_record_ids(batch.record_count))
+        store.write_batch(origin, records, ids, quarantined)
+    return internal_ids
+
+
+def carriers(store, value: str) -> list[tuple]:
+    return store.con.execute("SELECT record_id, kind FROM id_carriers(?)", [value]).fetchall()
+
+
+def test_a_store_larger_than_the_memory_limit_is_written(db, monkeypatch):
+    # 450,000 ids under a 32 MB limit: DuckDB's ART index on record_ids.value, which has to stay in
+    # memory, ran out at 345,000 ("could not allocate block"), and the database was lost to that
+    # session.
+    monkeypatch.setenv("TRACEJOIN_MEMORY_LIMIT", "32MB")
+    with open_store(db) as store:
+        internal_ids = write_requests(store, batches=30, per_batch=5000)
+        assert store.con.execute("SELECT count(*) FROM id_index").fetchone()[0] == 450_000
+        runs = store.con.execute("SELECT count(*) FROM id_runs").fetchone()[0]
+        assert 1 <= runs < id_index.FANIN * 2
+        for value in (internal_ids[0], internal_ids[77_777], internal_ids[-1]):
+            assert [kind for _, kind in carriers(store, value)] == ["internal_id"]
+
+
+def test_ids_are_found_in_the_tail_in_runs_and_after_merges(db, monkeypatch):
+    monkeypatch.setattr(id_index, "BASE_ROWS", 300)
+    with open_store(db) as store:
+        internal_ids = write_requests(store, batches=41, per_batch=50)  # 6,150 ids
+        tiers = dict(store.con.execute("SELECT tier, count(*) FROM id_runs GROUP BY tier").fetchall())
+        assert tiers and max(tiers.values()) < id_index.FANIN  # merged as they filled a tier
+        assert max(tiers) >= 2  # merged runs merged again
+        assert store.con.execute("SELECT count(*) FROM id_tail").fetchone()[0] > 0  # the last batch's
+        in_runs = store.con.execute("SELECT count(*) FROM id_index").fetchone()[0]
+        assert in_runs == store.con.execute("SELECT count(*) FROM record_ids").fetchone()[0] == 6150
+        # Every id, where it went: one record each, of its kind.
+        for n, value in enumerate(internal_ids):
+            assert [kind for _, kind in carriers(store, value)] == ["internal_id"], n
+        # Many values at once take the other path of the lookup: the same rows.
+        graph = IdGraph(store.con)
+        graph.rows_for(internal_ids[:2000])
+        assert all(len(graph._rows[v]) == 1 for v in internal_ids[:2000])
+        assert carriers(store, "no-such-id") == []
+
+
+def make_schema_1(path) -> list[str]:
+    """A store as trace-join wrote it before the id index: an ART index on record_ids.value."""
+    with open_store(path) as store:
+        internal_ids = write_requests(store, batches=3, per_batch=100)
+        con = store.con
+        for (run,) in con.execute("SELECT run FROM id_runs").fetchall():
+            con.execute(f"DROP TABLE id_run_{run}")
+        con.execute("DROP MACRO TABLE id_carriers")
+        con.execute("DROP VIEW id_index")
+        con.execute("DROP TABLE id_tail")
+        con.execute("DROP TABLE id_runs")
+        con.execute("DELETE FROM meta WHERE key = 'id_key_check'")
+        con.execute("CREATE INDEX record_ids_value ON record_ids (value)")
+        con.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+    return internal_ids
+
+
+def test_a_schema_1_store_is_upgraded_by_opening_it_for_writing(db):
+    internal_ids = make_schema_1(db)
+    with pytest.raises(StoreError, match=r"older trace-join \(schema 1\).*trace-join ingest --db"):
+        open_store(db, read_only=True)
+    with open_store(db) as store:  # what `trace-join ingest --db DB` does
+        pass
+    with open_store(db, read_only=True) as store:
+        assert store.con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("2",)
+        assert store.con.execute("SELECT count(*) FROM duckdb_indexes() WHERE index_name = 'record_ids_value'"
+                                 ).fetchone() == (0,)
+        assert [kind for _, kind in carriers(store, internal_ids[150])] == ["internal_id"]
+
+
+def test_keys_from_a_duckdb_that_hashed_differently_are_remade(db):
+    with open_store(db) as store:
+        internal_ids = write_requests(store, batches=2, per_batch=100)
+        # As if another DuckDB release had made the keys: this one's hash finds none of them.
+        store.con.execute("UPDATE meta SET value = 'another hash' WHERE key = 'id_key_check'")
+        store.con.execute("UPDATE id_tail SET key = key + 1")
+        assert carriers(store, internal_ids[0]) == []
+    with pytest.raises(StoreError, match="hashes differently.*trace-join ingest --db"):
+        open_store(db, read_only=True)
+    with open_store(db):
+        pass
+    with open_store(db, read_only=True) as store:
+        assert [kind for _, kind in carriers(store, internal_ids[0])] == ["internal_id"]
+        assert store.con.execute("SELECT count(*) FROM id_index").fetchone()[0] == 600
+
+
+def test_the_key_is_the_same_in_the_duckdb_of_grafanas_plugin():
+    # The dashboards' DuckDB (1.5, in the Grafana plugin) reads the store's snapshot and computes the
+    # keys of the ids typed into it; hash() of DuckDB 1.5.2 gave these very numbers.
+    con = duckdb.connect()
+    assert con.execute("SELECT hash('trace-join id key'), hash('chatcmpl-abc')").fetchone() == (
+        11414870400785811001, 18317289493111202693,
+    )
