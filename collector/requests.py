@@ -89,10 +89,16 @@ SELECT w.record_id, w.request_id, CASE WHEN w.bare THEN coalesce(n.worker, w.wor
        w.role, w.bare AND n.worker IS NULL AS bare
 FROM w LEFT JOIN named n ON n.request_id = w.request_id AND n.role IS NOT DISTINCT FROM w.role;
 
-CREATE OR REPLACE TEMP TABLE request_summary AS
+"""
+
+# One slice of requests ($low <= request_id < $high) at a time: the list and ordered aggregates here
+# hold their groups in memory, and over every request of a large store at once they exceeded the
+# store's memory limit (2 million records under 256 MB; slices of 500,000 records did too).
+SUMMARY = """
 WITH r AS (
     SELECT rw.request_id, rec.*, rw.worker AS w, rw.role AS ro, rw.bare
     FROM request_workers rw JOIN records rec USING (record_id)
+    WHERE rw.request_id >= $low AND rw.request_id < $high
 ), entry AS (
     -- The first entry record (perf-metrics entries have no wall time: they come last).
     SELECT request_id, first(w ORDER BY time_ns NULLS LAST, steady_s) AS entry_worker,
@@ -116,6 +122,7 @@ WITH r AS (
            bool_or(i.kind NOT IN ('span', 'parent_span', 'trace_id')) AS names_a_request
     FROM request_members m JOIN record_ids i USING (record_id)
     LEFT JOIN collided c ON c.kind = i.kind AND c.value = i.value AND c.scope IS NOT DISTINCT FROM i.scope
+    WHERE m.request_id >= $low AND m.request_id < $high
     GROUP BY m.request_id
 ), summary AS (
     SELECT
@@ -156,10 +163,11 @@ WITH r AS (
 SELECT s.*, coalesce(e.entry_reply_id, i.reply_ids[1]) AS reply_id, i.reply_ids, i.internal_ids, i.x_request_ids,
        i.disagg_request_ids, i.trace_ids, coalesce(i.collided, false) AS collided,
        coalesce(i.names_a_request, false) AS names_a_request
-FROM summary s LEFT JOIN ids i USING (request_id) LEFT JOIN entry_reply e USING (request_id);
+FROM summary s LEFT JOIN ids i USING (request_id) LEFT JOIN entry_reply e USING (request_id)
 """
 
 MAX_ROUNDS = 50
+SUMMARY_SLICE_RECORDS = 100_000  # records whose requests are summarized at once
 
 
 def build_requests(store: Store) -> None:
@@ -176,6 +184,11 @@ def build_requests(store: Store) -> None:
         if not changed:
             break
     con.execute(SUMMARIZE)
+    first, last = con.execute("SELECT coalesce(min(record_id), 0), coalesce(max(record_id), 0) FROM records").fetchone()
+    bounds = list(range(first, last + 1, SUMMARY_SLICE_RECORDS)) + [last + 1]
+    con.execute(f"CREATE OR REPLACE TEMP TABLE request_summary AS {SUMMARY}", {"low": 0, "high": 0})
+    for low, high in zip(bounds, bounds[1:]):
+        con.execute(f"INSERT INTO request_summary {SUMMARY}", {"low": low, "high": high})
 
 
 def persist_requests(store: Store) -> None:

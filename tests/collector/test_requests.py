@@ -45,3 +45,27 @@ def test_usage_errors_are_one_line(tj):
         run = tj(*args)
         assert run.code == 2
         assert_one_clear_line(run)
+
+
+def test_requests_summarized_a_slice_at_a_time_are_the_same(tmp_path, monkeypatch):
+    # A large store's requests are summarized a slice of record ids at a time, to stay within the
+    # memory limit; a request must come out the same whichever slices it falls across.
+    from tracejoin.collector import requests
+    from tracejoin.collector.ingest import Ingester
+    from tracejoin.collector.store import open_store
+
+    sample = DynamoSample()
+    for n in range(6):
+        sample.add(offset_ms=10 * n, x_request_id=f"x{n}", status="error" if n == 3 else "ok")
+    sample.write(tmp_path / "logs")
+    with open_store(tmp_path / "store.duckdb") as store:
+        Ingester(store).ingest_paths([str(tmp_path / "logs")])
+        summaries = {}
+        for slice_records in (requests.SUMMARY_SLICE_RECORDS, 7, 1):
+            monkeypatch.setattr(requests, "SUMMARY_SLICE_RECORDS", slice_records)
+            requests.persist_requests(store)
+            summaries[slice_records] = store.con.execute("SELECT * FROM requests ORDER BY request_id").fetchall()
+        served = store.con.execute("SELECT count(*) FROM requests WHERE has_entry").fetchone()[0]
+    whole = summaries[requests.SUMMARY_SLICE_RECORDS]
+    assert served == 6
+    assert summaries[7] == whole and summaries[1] == whole
