@@ -22,17 +22,20 @@ _KEY_FILTER = """(i.kind IN ('reply_id', 'internal_id', 'disagg_request_id')
 _SERVING_ROLES_SQL = ", ".join(f"'{r}'" for r in sorted(SERVING_ROLES))
 
 BUILD = f"""
--- Keys carried by requests that started separately (graph.py: collisions).
+-- Keys carried by requests that started separately (graph.py: collisions). Distinct rows are
+-- counted rather than count(DISTINCT ...), which holds every group's set in memory at once.
 CREATE OR REPLACE TEMP TABLE collided AS
 WITH entries AS (
-    SELECT i.kind, i.value, i.scope, r.trace_id, r.span_id, r.parent_span_id
+    SELECT DISTINCT i.kind, i.value, i.scope, r.trace_id, r.span_id, r.parent_span_id
     FROM record_ids i JOIN records r USING (record_id)
     WHERE r.entry AND {_KEY_FILTER}
 ), siblings AS (  -- one trace, one parent, several spans: requests a client made under one span
     SELECT kind, value, scope FROM entries WHERE trace_id IS NOT NULL
-    GROUP BY kind, value, scope, trace_id, parent_span_id HAVING count(DISTINCT span_id) > 1
+    GROUP BY kind, value, scope, trace_id, parent_span_id HAVING count(span_id) > 1
+), traces AS (
+    SELECT DISTINCT kind, value, scope, trace_id FROM entries
 )
-SELECT kind, value, scope FROM entries GROUP BY kind, value, scope HAVING count(DISTINCT trace_id) > 1
+SELECT kind, value, scope FROM traces GROUP BY kind, value, scope HAVING count(trace_id) > 1
 UNION SELECT * FROM siblings;
 
 CREATE OR REPLACE TEMP TABLE edges AS

@@ -166,6 +166,8 @@ def open_store(path: str | os.PathLike | None = None, *, read_only: bool = False
         raise StoreError(f"cannot open {path}: {msg}") from None
     except duckdb.Error as e:
         raise StoreError(f"cannot open {path} as a DuckDB database: {str(e).splitlines()[0]}") from None
+    # No progress bar: DuckDB draws it on stdout, through the output of --json, for queries over 2 s.
+    con.execute("SET enable_progress_bar = false")
     store = Store(con, path)
     store._check_or_create_schema(read_only)
     return store
