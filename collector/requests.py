@@ -21,37 +21,46 @@ _KEY_FILTER = """(i.kind IN ('reply_id', 'internal_id', 'disagg_request_id')
                  OR (i.kind IN ('engine_request_id', 'ctx_request_id') AND i.scope IS NOT NULL))"""
 _SERVING_ROLES_SQL = ", ".join(f"'{r}'" for r in sorted(SERVING_ROLES))
 
+
+def _hashed(column: str) -> str:
+    """The column's hash, NULL where it is NULL (hash(NULL) is a number)."""
+    return f"CASE WHEN {column} IS NOT NULL THEN hash({column}) END"
+
+
 BUILD = f"""
--- Keys carried by requests that started separately (graph.py: collisions). Distinct rows are
--- counted rather than count(DISTINCT ...), which holds every group's set in memory at once.
+-- Keys carried by requests that started separately (graph.py: collisions), as `key`, the hash of
+-- (kind, value, scope). Here and in `edges`, ids are grouped by their 64-bit hashes, not their text,
+-- and distinct rows are counted rather than count(DISTINCT ...): grouping millions of strings, or
+-- holding a set per group, ran out of the memory limit on a 9M-record store. Two ids that hash
+-- alike (about 1 in 10^12 for a store of millions) would be taken for one.
 CREATE OR REPLACE TEMP TABLE collided AS
 WITH entries AS (
-    SELECT DISTINCT i.kind, i.value, i.scope, r.trace_id, r.span_id, r.parent_span_id
+    SELECT DISTINCT hash(i.kind, i.value, i.scope) AS key, {_hashed('r.trace_id')} AS trace,
+           {_hashed('r.span_id')} AS span, {_hashed('r.parent_span_id')} AS parent
     FROM record_ids i JOIN records r USING (record_id)
     WHERE r.entry AND {_KEY_FILTER}
 ), siblings AS (  -- one trace, one parent, several spans: requests a client made under one span
-    SELECT kind, value, scope FROM entries WHERE trace_id IS NOT NULL
-    GROUP BY kind, value, scope, trace_id, parent_span_id HAVING count(span_id) > 1
+    SELECT key FROM entries WHERE trace IS NOT NULL
+    GROUP BY key, trace, parent HAVING count(span) > 1
 ), traces AS (
-    SELECT DISTINCT kind, value, scope, trace_id FROM entries
+    SELECT DISTINCT key, trace FROM entries
 )
-SELECT kind, value, scope FROM traces GROUP BY kind, value, scope HAVING count(trace_id) > 1
-UNION SELECT * FROM siblings;
+SELECT key FROM traces GROUP BY key HAVING count(trace) > 1
+UNION SELECT key FROM siblings;
 
 CREATE OR REPLACE TEMP TABLE edges AS
 WITH keyed AS (  -- scopes under the process's main name (store.py: worker_aliases)
-    SELECT i.record_id, i.kind, i.value, coalesce(a.worker, i.scope) AS scope, r.trace_id,
-           c.kind IS NOT NULL AS is_collided
+    SELECT i.record_id, hash(i.kind, i.value, coalesce(a.worker, i.scope)) AS key,
+           {_hashed('r.trace_id')} AS trace, c.key IS NOT NULL AS is_collided
     FROM record_ids i JOIN records r USING (record_id)
     LEFT JOIN worker_aliases a ON a.alias = i.scope
-    LEFT JOIN collided c ON c.kind = i.kind AND c.value = i.value AND c.scope IS NOT DISTINCT FROM i.scope
+    LEFT JOIN collided c ON c.key = hash(i.kind, i.value, i.scope)
     WHERE {_KEY_FILTER}
 ), grouped AS (
-    SELECT record_id,
-           min(record_id) OVER (PARTITION BY kind, value, scope, CASE WHEN is_collided THEN trace_id END) AS other
-    FROM keyed WHERE NOT is_collided OR trace_id IS NOT NULL
+    SELECT record_id, min(record_id) OVER (PARTITION BY key, CASE WHEN is_collided THEN trace END) AS other
+    FROM keyed WHERE NOT is_collided OR trace IS NOT NULL
 ), spans AS (
-    SELECT record_id, min(record_id) OVER (PARTITION BY value) AS other FROM record_ids WHERE kind = 'span'
+    SELECT record_id, min(record_id) OVER (PARTITION BY hash(value)) AS other FROM record_ids WHERE kind = 'span'
 ), parents AS (  -- a child span joins its parent's request when a serving process recorded the parent
     SELECT child.record_id, owner.record_id AS other
     FROM record_ids child
@@ -74,7 +83,8 @@ SELECT l.record_id, least(l.label, coalesce(m.label, l.label)) AS label FROM lab
 """
 
 SUMMARIZE = """
-CREATE OR REPLACE TEMP TABLE request_members AS SELECT record_id, label AS request_id FROM labels;
+-- Ordered by request, so that each slice of SUMMARY reads only its own part.
+CREATE OR REPLACE TEMP TABLE request_members AS SELECT record_id, label AS request_id FROM labels ORDER BY request_id;
 
 -- Each record's worker within its request: a record whose source names no process, or only a
 -- service, is put under the one worker of its role named in full in the request (the rule of
@@ -90,7 +100,8 @@ WITH w AS (
 )
 SELECT w.record_id, w.request_id, CASE WHEN w.bare THEN coalesce(n.worker, w.worker) ELSE w.worker END AS worker,
        w.role, w.bare AND n.worker IS NULL AS bare
-FROM w LEFT JOIN named n ON n.request_id = w.request_id AND n.role IS NOT DISTINCT FROM w.role;
+FROM w LEFT JOIN named n ON n.request_id = w.request_id AND n.role IS NOT DISTINCT FROM w.role
+ORDER BY w.request_id;
 
 """
 
@@ -108,25 +119,28 @@ WITH r AS (
            first(ro ORDER BY time_ns NULLS LAST, steady_s) AS entry_role,
            first(attrs ORDER BY time_ns NULLS LAST, steady_s) AS entry_attrs
     FROM r WHERE entry GROUP BY request_id
+), slice_ids AS (  -- the ids of the slice's records, read once
+    SELECT m.request_id, i.*
+    FROM request_members m JOIN record_ids i USING (record_id)
+    WHERE m.request_id >= $low AND m.request_id < $high
 ), entry_reply AS (  -- the reply id the client saw: the one the entry server's records carry
     SELECT r.request_id, min(i.value) AS entry_reply_id
-    FROM r JOIN entry e USING (request_id) JOIN record_ids i USING (record_id)
+    FROM r JOIN entry e USING (request_id) JOIN slice_ids i USING (request_id, record_id)
     WHERE i.kind = 'reply_id' AND r.w IS NOT DISTINCT FROM e.entry_worker
     GROUP BY r.request_id
 ), ids AS (
-    SELECT m.request_id,
+    SELECT i.request_id,
            list(DISTINCT i.value ORDER BY i.value) FILTER (WHERE i.kind = 'reply_id') AS reply_ids,
            list(DISTINCT i.value ORDER BY i.value) FILTER (WHERE i.kind = 'internal_id') AS internal_ids,
            list(DISTINCT i.value ORDER BY i.value) FILTER (WHERE i.kind = 'x_request_id') AS x_request_ids,
            list(DISTINCT i.value ORDER BY i.value) FILTER (WHERE i.kind = 'disagg_request_id') AS disagg_request_ids,
            list(DISTINCT i.value ORDER BY i.value) FILTER (WHERE i.kind = 'trace_id') AS trace_ids,
-           bool_or(c.kind IS NOT NULL) AS collided,
+           bool_or(c.key IS NOT NULL) AS collided,
            -- Anything that names a request (startup and background lines carry none of these).
            bool_or(i.kind NOT IN ('span', 'parent_span', 'trace_id')) AS names_a_request
-    FROM request_members m JOIN record_ids i USING (record_id)
-    LEFT JOIN collided c ON c.kind = i.kind AND c.value = i.value AND c.scope IS NOT DISTINCT FROM i.scope
-    WHERE m.request_id >= $low AND m.request_id < $high
-    GROUP BY m.request_id
+    FROM slice_ids i
+    LEFT JOIN collided c ON c.key = hash(i.kind, i.value, i.scope)
+    GROUP BY i.request_id
 ), summary AS (
     SELECT
         r.request_id,
