@@ -96,7 +96,15 @@ class Served:
     release: threading.Event  # lets a `hold` stream finish
 
     def span_of(self, internal_id: str) -> ReadableSpan:
-        spans = [s for s in self.spans.get_finished_spans() if s.attributes.get("tracejoin.internal_id") == internal_id]
+        """The request's span, once it has ended: after the response's last byte went out, so a
+        client can have read the whole response a moment before."""
+        deadline = time.monotonic() + WAIT_S
+        while True:
+            spans = [s for s in self.spans.get_finished_spans()
+                     if s.attributes.get("tracejoin.internal_id") == internal_id]
+            if spans or time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
         assert len(spans) == 1, f"one span per request, got {len(spans)}"
         return spans[0]
 
