@@ -149,10 +149,8 @@ def default_db_path() -> str:
 def memory_limit() -> str:
     """DuckDB's memory budget (it spills to `<db>.tmp/` beyond it). Its default, 80 % of the
     machine, lets a large ingest or the requests build take gigabytes next to the serving
-    processes; a collector should stay small. DuckDB fills the budget as a cache, and the process
-    holds ~80 MB of interpreter and libraries and the batch being read on top: 192 MB keeps ingest of
-    5 GB under 500 MB (docs/performance.md, memory)."""
-    return os.environ.get("TRACEJOIN_MEMORY_LIMIT", "192MB")
+    processes; a collector should stay small (docs/performance.md, memory)."""
+    return os.environ.get("TRACEJOIN_MEMORY_LIMIT", "256MB")
 
 
 def open_store(path: str | os.PathLike | None = None, *, read_only: bool = False) -> "Store":
