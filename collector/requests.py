@@ -201,11 +201,24 @@ def build_requests(store: Store) -> None:
         if not changed:
             break
     con.execute(SUMMARIZE)
-    first, last = con.execute("SELECT coalesce(min(record_id), 0), coalesce(max(record_id), 0) FROM records").fetchone()
-    bounds = list(range(first, last + 1, SUMMARY_SLICE_RECORDS)) + [last + 1]
     con.execute(f"CREATE OR REPLACE TEMP TABLE request_summary AS {SUMMARY}", {"low": 0, "high": 0})
+    bounds = _slice_bounds(con)
     for low, high in zip(bounds, bounds[1:]):
         con.execute(f"INSERT INTO request_summary {SUMMARY}", {"low": low, "high": high})
+
+
+def _slice_bounds(con) -> list[int]:
+    """Request ids that cut the requests into slices of about SUMMARY_SLICE_RECORDS records each.
+    By members, not by record id: a request is numbered by its first record, and one file's records
+    come before the next file's, so the requests numbered in the first 100k record ids can hold
+    several times as many records, read from all over the store."""
+    starts = con.execute(
+        "SELECT request_id FROM (SELECT request_id, row_number() OVER (ORDER BY request_id) AS n "
+        "FROM request_members) WHERE (n - 1) % $slice = 0 ORDER BY request_id",
+        {"slice": SUMMARY_SLICE_RECORDS},
+    ).fetchall()
+    last = con.execute("SELECT coalesce(max(request_id), 0) FROM request_members").fetchone()[0]
+    return sorted({request_id for (request_id,) in starts}) + [last + 1]
 
 
 def persist_requests(store: Store) -> None:
