@@ -259,6 +259,19 @@ def _json_log(log, scope: str | None) -> Log:
     )
 
 
+def _resource(block, what: str, scopes: tuple[str, str], items: tuple[str, str], read) -> tuple[dict, list]:
+    """A resource block's attributes and its items (spans or log records), each read with its
+    scope's name; `scopes` and `items` are the keys in lowerCamelCase and snake_case."""
+    if not isinstance(block, dict):
+        raise Unparseable(f"{what} entry is not an object")
+    resource_attrs = attributes((block.get("resource") or {}).get("attributes", []))
+    read_items = []
+    for scope_block in _list(_get(block, *scopes), scopes[0]):
+        scope = _scope_name(scope_block)
+        read_items += [read(item, scope) for item in _list(_get(scope_block, *items), items[0])]
+    return resource_attrs, read_items
+
+
 class LineParser:
     def __init__(self, path: str | None = None):
         self.worker: str | None = None  # an OTLP file mixes processes: identity is per resource
@@ -275,32 +288,13 @@ class LineParser:
         if spans is None and logs is None:
             raise Unparseable("neither resourceSpans nor resourceLogs")
         records: list[Record] = []
-        for resource_spans in _list(spans, "resourceSpans"):
-            records += self._resource_spans(resource_spans)
-        for resource_logs in _list(logs, "resourceLogs"):
-            records += self._resource_logs(resource_logs)
+        for block in _list(spans, "resourceSpans"):
+            records += self.span_records(*_resource(block, "resourceSpans", ("scopeSpans", "scope_spans"),
+                                                    ("spans", "spans"), _json_span))
+        for block in _list(logs, "resourceLogs"):
+            records += self.log_records(*_resource(block, "resourceLogs", ("scopeLogs", "scope_logs"),
+                                                   ("logRecords", "log_records"), _json_log))
         return records
-
-    def _resource_spans(self, block: dict) -> list[Record]:
-        if not isinstance(block, dict):
-            raise Unparseable("resourceSpans entry is not an object")
-        resource_attrs = attributes((block.get("resource") or {}).get("attributes", []))
-        spans = []
-        for scope_spans in _list(_get(block, "scopeSpans", "scope_spans"), "scopeSpans"):
-            scope = _scope_name(scope_spans)
-            spans += [_json_span(span, scope) for span in _list(scope_spans.get("spans"), "spans")]
-        return self.span_records(resource_attrs, spans)
-
-    def _resource_logs(self, block: dict) -> list[Record]:
-        if not isinstance(block, dict):
-            raise Unparseable("resourceLogs entry is not an object")
-        resource_attrs = attributes((block.get("resource") or {}).get("attributes", []))
-        logs = []
-        for scope_logs in _list(_get(block, "scopeLogs", "scope_logs"), "scopeLogs"):
-            scope = _scope_name(scope_logs)
-            items = _list(_get(scope_logs, "logRecords", "log_records"), "logRecords")
-            logs += [_json_log(log, scope) for log in items]
-        return self.log_records(resource_attrs, logs)
 
     # -- spans and log records, from either encoding, to records -------------------------------
 
