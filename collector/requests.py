@@ -83,8 +83,7 @@ SELECT l.record_id, least(l.label, coalesce(m.label, l.label)) AS label FROM lab
 """
 
 SUMMARIZE = """
--- Ordered by request, so that each slice of SUMMARY reads only its own part.
-CREATE OR REPLACE TEMP TABLE request_members AS SELECT record_id, label AS request_id FROM labels ORDER BY request_id;
+CREATE OR REPLACE TEMP TABLE request_members AS SELECT record_id, label AS request_id FROM labels;
 
 -- Each record's worker within its request: a record whose source names no process, or only a
 -- service, is put under the one worker of its role named in full in the request (the rule of
@@ -100,8 +99,7 @@ WITH w AS (
 )
 SELECT w.record_id, w.request_id, CASE WHEN w.bare THEN coalesce(n.worker, w.worker) ELSE w.worker END AS worker,
        w.role, w.bare AND n.worker IS NULL AS bare
-FROM w LEFT JOIN named n ON n.request_id = w.request_id AND n.role IS NOT DISTINCT FROM w.role
-ORDER BY w.request_id;
+FROM w LEFT JOIN named n ON n.request_id = w.request_id AND n.role IS NOT DISTINCT FROM w.role;
 
 """
 
