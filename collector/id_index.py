@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-import duckdb
+from .duckdb_engine import duckdb
 
 BASE_ROWS = 100_000  # ids the tail holds before they become a run
 FANIN = 4  # runs of one tier merged together

@@ -14,9 +14,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import duckdb
-
 from . import id_index
+from .duckdb_engine import duckdb, with_arrow
 
 # 2: ids indexed by sorted runs (id_index.py) instead of an ART index on record_ids.value
 SCHEMA_VERSION = 2
@@ -157,6 +156,8 @@ def open_store(path: str | os.PathLike | None = None, *, read_only: bool = False
     path = Path(path or default_db_path())
     if read_only and not path.exists():
         raise StoreError(f"no database at {path}: run `trace-join ingest --db {path} FILES...` first")
+    if not read_only:
+        with_arrow()  # writers register their batches as Arrow tables
     try:
         con = duckdb.connect(str(path), read_only=read_only, config={"memory_limit": memory_limit()})
     except duckdb.IOException as e:

@@ -1,0 +1,20 @@
+"""DuckDB's engine, without the Python layer of the `duckdb` package unless a command needs it.
+
+`import duckdb` takes ~150 ms here, and ~80 ms of it is the package's Python layer (relations,
+expressions, Arrow and pandas sources, its version read through importlib.metadata), none of which
+a read command uses: a `lookup` runs SQL and fetches rows. The C++ engine underneath is the module
+`_duckdb`, which the package re-exports (`duckdb.connect is _duckdb.connect`, and the same
+exception classes), so code written against one runs against the other. Scanning Arrow tables
+does need the package (it sets up the engine's Arrow sources): `with_arrow()` imports it, and
+open_store calls it for every writer.
+"""
+
+try:
+    import _duckdb as duckdb
+except ImportError:  # a DuckDB that does not split its engine out this way
+    import duckdb
+
+
+def with_arrow() -> None:
+    """Set up what registering Arrow tables on a connection needs."""
+    import duckdb as package  # noqa: F401  (its import registers the Arrow sources)
