@@ -29,6 +29,16 @@ _CHUNK = 2000  # values per query
 _FEW_VALUES = 32
 
 
+# A record's columns as the view record_workers states them (its worker and role settled against
+# the rest of the store, as the requests build sees them); the first eight are the walk's, the rest
+# are read in the same query for lookup to show.
+RECORD_COLUMNS = (
+    "record_id", "time_ns", "worker", "role", "entry", "trace_id", "span_id", "parent_span_id",
+    "steady_s", "source", "kind", "level", "name", "duration_ns", "status", "attrs", "origin_id", "offset", "seq",
+)
+_SELECT_RECORDS = ", ".join(f'"{c}"' for c in RECORD_COLUMNS)
+
+
 @dataclass
 class Node:
     record_id: int
@@ -39,6 +49,7 @@ class Node:
     trace_id: str | None
     span_id: str | None
     parent_span_id: str | None
+    record: dict = field(default_factory=dict)  # every column of RECORD_COLUMNS
     ids: list[tuple[str, str, str | None]] = field(default_factory=list)
 
     def keys(self):
@@ -89,18 +100,15 @@ class IdGraph:
                 self._rows[value].append((record_id, kind, self._aliases.get(scope, scope)))
 
     def load(self, record_ids) -> None:
-        """Fetch, once, the facts and ids of these records."""
+        """Fetch, once, the columns and ids of these records."""
         missing = [r for r in set(record_ids) if r not in self.nodes]
         for i in range(0, len(missing), _CHUNK):
             chunk = missing[i:i + _CHUNK]
             marks = ",".join("?" * len(chunk))
             for row in self.con.execute(
-                f"""SELECT r.record_id, r.time_ns, coalesce(r.worker, o.worker), coalesce(r.role, o.role),
-                           r.entry, r.trace_id, r.span_id, r.parent_span_id
-                    FROM records r JOIN origins o USING (origin_id) WHERE r.record_id IN ({marks})""",
-                chunk,
+                f"SELECT {_SELECT_RECORDS} FROM record_workers WHERE record_id IN ({marks})", chunk
             ).fetchall():
-                self.nodes[row[0]] = Node(*row)
+                self.nodes[row[0]] = Node(*row[:8], record=dict(zip(RECORD_COLUMNS, row)))
             for record_id, kind, value, scope in self.con.execute(
                 f"SELECT record_id, kind, value, scope FROM record_ids WHERE record_id IN ({marks})", chunk
             ).fetchall():

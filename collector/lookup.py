@@ -67,7 +67,7 @@ def lookup(store: Store, query: str, window: Window | None = None) -> dict:
         "query": query,
         "id_kind": id_kind or _guess_kind(query),
         "window": window.as_json(),
-        "requests": [_request_json(store, graph, q) for q in requests],
+        "requests": [_request_json(graph, q) for q in requests],
         "warnings": graph.warnings,
     }
 
@@ -92,7 +92,7 @@ def _guess_kind(query: str) -> str:
     return X_REQUEST_ID
 
 
-def _request_json(store: Store, graph: IdGraph, request) -> dict:
+def _request_json(graph: IdGraph, request) -> dict:
     nodes = [graph.nodes[r] for r in request.record_ids]
     ids: dict[str, list] = {k: [] for k in _SHOWN_ID_KINDS}
     engine: list[dict] = []
@@ -106,7 +106,7 @@ def _request_json(store: Store, graph: IdGraph, request) -> dict:
                 ids[kind].append(value)
     ids[ENGINE_REQUEST_ID] = engine
 
-    rows = _record_rows(store, sorted(request.record_ids))
+    rows = _record_rows(graph, request.record_ids)
     _name_workers(rows)
     _place_steady_times(rows)
     records = []
@@ -133,18 +133,12 @@ def _request_json(store: Store, graph: IdGraph, request) -> dict:
     return {"ids": ids, "workers": list(workers.values()), "records": records}
 
 
-def _record_rows(store: Store, record_ids: list[int]) -> list[dict]:
-    marks = ",".join("?" * len(record_ids))
-    cur = store.con.execute(
-        f"""SELECT record_id, time_ns, steady_s, source, kind, worker, role, level, name, duration_ns, status, attrs
-            FROM record_workers WHERE record_id IN ({marks})
-            ORDER BY time_ns NULLS LAST, origin_id, "offset", seq""",
-        record_ids,
-    )
-    names = [d[0] for d in cur.description]
-    rows = [dict(zip(names, row)) for row in cur.fetchall()]
+def _record_rows(graph: IdGraph, record_ids) -> list[dict]:
+    """The records as rows to show, in the order they were recorded (the walk has read them)."""
+    rows = [dict(graph.nodes[r].record) for r in record_ids]
     for row in rows:
         row["attrs"] = orjson.loads(row["attrs"]) if row["attrs"] else {}
+    rows.sort(key=lambda r: (r["time_ns"] is None, r["time_ns"] or 0, r["origin_id"], r["offset"], r["seq"]))
     return rows
 
 
