@@ -83,19 +83,18 @@ def ingest(
 ):
     """Read log, span, trace and perf files into the store. Reading the same bytes again adds nothing."""
     long_running()
-    from tracejoin.collector.ingest import Ingester, InputError
-    from tracejoin.collector.requests import persist_requests
+    from tracejoin.collector.ingest import REQUESTS_EVERY, Ingester, InputError
     from tracejoin.cli import render
 
     paths = paths or []
     with _open(db, read_only=False) as store:
         with render.byte_progress(paths) as progress:
             try:
-                result = Ingester(store, progress=progress, worker=worker).ingest_paths(paths)
+                # the requests tables dashboards read, kept up to date as the files go in
+                ingester = Ingester(store, progress=progress, worker=worker, requests_every=REQUESTS_EVERY)
+                result = ingester.ingest_paths(paths)
             except InputError as e:
                 raise Failure(str(e)) from None
-        if result.records:
-            persist_requests(store)  # the requests tables dashboards read
     render.ingest_summary(result, as_json)
     for line in result.errors:
         print(f"trace-join: error: {line}", file=sys.stderr)

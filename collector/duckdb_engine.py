@@ -9,6 +9,9 @@ does need the package (it sets up the engine's Arrow sources): `with_arrow()` im
 open_store calls it for every writer.
 """
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 try:
     import _duckdb as duckdb
 except ImportError:  # a DuckDB that does not split its engine out this way
@@ -18,3 +21,18 @@ except ImportError:  # a DuckDB that does not split its engine out this way
 def with_arrow() -> None:
     """Set up what registering Arrow tables on a connection needs."""
     import duckdb as package  # noqa: F401  (its import registers the Arrow sources)
+
+
+@contextmanager
+def transaction(con) -> Iterator[None]:
+    """BEGIN, then COMMIT, or ROLLBACK on any error (after a failed COMMIT there is nothing to roll back)."""
+    con.execute("BEGIN")
+    try:
+        yield
+        con.execute("COMMIT")
+    except BaseException:
+        try:
+            con.execute("ROLLBACK")
+        except duckdb.TransactionException:  # a failed COMMIT has ended it already
+            pass
+        raise

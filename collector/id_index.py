@@ -22,10 +22,7 @@ and the table macro `id_carriers(value)`, which SQL written by hand (the dashboa
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
-
-from .duckdb_engine import duckdb
+from .duckdb_engine import duckdb, transaction
 
 BASE_ROWS = 100_000  # ids the tail holds before they become a run
 FANIN = 4  # runs of one tier merged together
@@ -71,7 +68,7 @@ def keys_current(con: duckdb.DuckDBPyConnection) -> bool:
 
 def rekey(con: duckdb.DuckDBPyConnection) -> None:
     """Index every id again, with this DuckDB's hash."""
-    with _transaction(con):
+    with transaction(con):
         for (run,) in con.execute("SELECT run FROM id_runs").fetchall():
             con.execute(f"DROP TABLE id_run_{run}")
         con.execute("DELETE FROM id_runs")
@@ -93,13 +90,13 @@ def compact(con: duckdb.DuckDBPyConnection) -> None:
     already, and a crash here loses nothing)."""
     tail = con.execute("SELECT count(*) FROM id_tail").fetchone()[0]
     if tail >= BASE_ROWS:
-        with _transaction(con):
+        with transaction(con):
             _new_run(con, "id_tail", tail)
             con.execute("DROP TABLE id_tail")
             con.execute(SCHEMA)
             _define_view(con)
     while tier_runs := _full_tier(con):
-        with _transaction(con):
+        with transaction(con):
             union = " UNION ALL ".join(f"SELECT * FROM id_run_{r}" for r in tier_runs)
             listed = ",".join(map(str, tier_runs))
             rows = con.execute(f'SELECT sum("rows") FROM id_runs WHERE run IN ({listed})').fetchone()[0]
@@ -148,20 +145,6 @@ def _new_run(con: duckdb.DuckDBPyConnection, source: str, rows: int) -> None:
         con.execute(f"DROP TABLE id_run_{run}")
         return
     con.execute("INSERT INTO id_runs VALUES (?, ?, ?)", [run, tier_of(written), written])
-
-
-@contextmanager
-def _transaction(con: duckdb.DuckDBPyConnection) -> Iterator[None]:
-    con.execute("BEGIN")
-    try:
-        yield
-        con.execute("COMMIT")
-    except BaseException:
-        try:
-            con.execute("ROLLBACK")
-        except duckdb.TransactionException:  # a failed COMMIT has ended it already
-            pass
-        raise
 
 
 def _full_tier(con: duckdb.DuckDBPyConnection) -> list[int]:

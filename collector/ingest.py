@@ -19,12 +19,16 @@ from typing import Callable, Iterator
 
 from . import sources
 from .records import BatchBuilder
+from .requests import update_requests
 from .store import Origin, Store
 
 HEAD = 4096  # bytes hashed to recognize a file
 MAX_LINE = 1 << 20  # longer lines are quarantined, not parsed, unless a source allows more
 _OWN_FILES = (".duckdb", ".duckdb.wal", ".collector.json")  # a store (and its collector's files) kept next to the logs
 BATCH_RECORDS = 20_000  # held as Python objects until written: this bounds memory
+# Records between two updates of the requests tables in a long ingest (requests.update_requests):
+# each update then builds a bounded part of the store, within the memory limit.
+REQUESTS_EVERY = 1_000_000
 SNIFF_LINES = 20
 
 
@@ -136,18 +140,22 @@ def iter_lines(f, start: int, max_line: int = MAX_LINE,
 class Ingester:
     """Reads files into one store; `progress(bytes_done)` is called as bytes are consumed.
     `batch_records`: records per transaction (the collector commits smaller batches, more often).
-    `worker`: the process the files come from, for formats that do not name it."""
+    `worker`: the process the files come from, for formats that do not name it.
+    `requests_every`: update the requests tables every so many records, and at the end."""
 
     def __init__(self, store: Store, progress: Callable[[int], None] | None = None,
-                 batch_records: int = BATCH_RECORDS, worker: str | None = None):
+                 batch_records: int = BATCH_RECORDS, worker: str | None = None,
+                 requests_every: int | None = None):
         self.store = store
         self.progress = progress or (lambda n: None)
         self.batch_records = batch_records
         self.worker = worker  # the process the files come from, for formats that name none
+        self.requests_every = requests_every
+        self._requests_from = 0  # the first record the requests tables do not hold yet
 
     def ingest_paths(self, paths: list[str]) -> IngestResult:
         result = IngestResult()
-        first_new = self.store.allocate_record_ids(0)
+        first_new = self._requests_from = self.store.allocate_record_ids(0)
         for path, named in expand_paths(paths):
             try:
                 self.ingest_file(path, result, named=named)
@@ -155,6 +163,8 @@ class Ingester:
                 result.errors.append(f"{path}: {e.strerror or e}")
         self._count_requests(result, first_new)
         self.store.learn_worker_roles(first_new)
+        if self.requests_every is not None and result.records:
+            update_requests(self.store)
         return result
 
     def ingest_file(self, path: Path, result: IngestResult, *, named: bool = True,
@@ -259,6 +269,12 @@ class Ingester:
             q = quarantined.slice(i, 1).to_pylist()[0]
             result.quarantine_samples.append(f"{q['path']}:{q['line_no']} (byte {q['offset']}): {q['reason']}")
         batch.clear()
+        if self.requests_every is not None:
+            next_record = self.store.allocate_record_ids(0)
+            if next_record - self._requests_from >= self.requests_every:
+                self.store.learn_worker_roles(self._requests_from)
+                update_requests(self.store)
+                self._requests_from = next_record
 
     def _count_requests(self, result: IngestResult, first_new: int) -> None:
         """Requests seen per source: distinct values of each new record's strongest key."""

@@ -14,6 +14,10 @@ file (Grafana reads the collector's snapshot; dashboards/ queries these tables).
 
 from __future__ import annotations
 
+import hashlib
+import json
+
+from .duckdb_engine import transaction
 from .graph import SERVING_ROLES
 from .store import Store
 
@@ -37,7 +41,7 @@ CREATE OR REPLACE TEMP TABLE collided AS
 WITH entries AS (
     SELECT DISTINCT hash(i.kind, i.value, i.scope) AS key, {_hashed('r.trace_id')} AS trace,
            {_hashed('r.span_id')} AS span, {_hashed('r.parent_span_id')} AS parent
-    FROM record_ids i JOIN records r USING (record_id)
+    FROM build_ids i JOIN build_records r USING (record_id)
     WHERE r.entry AND {_KEY_FILTER}
 ), siblings AS (  -- one trace, one parent, several spans: requests a client made under one span
     SELECT key FROM entries WHERE trace IS NOT NULL
@@ -52,7 +56,7 @@ CREATE OR REPLACE TEMP TABLE edges AS
 WITH keyed AS (  -- scopes under the process's main name (store.py: worker_aliases)
     SELECT i.record_id, hash(i.kind, i.value, coalesce(a.worker, i.scope)) AS key,
            {_hashed('r.trace_id')} AS trace, c.key IS NOT NULL AS is_collided
-    FROM record_ids i JOIN records r USING (record_id)
+    FROM build_ids i JOIN build_records r USING (record_id)
     LEFT JOIN worker_aliases a ON a.alias = i.scope
     LEFT JOIN collided c ON c.key = hash(i.kind, i.value, i.scope)
     WHERE {_KEY_FILTER}
@@ -60,19 +64,19 @@ WITH keyed AS (  -- scopes under the process's main name (store.py: worker_alias
     SELECT record_id, min(record_id) OVER (PARTITION BY key, CASE WHEN is_collided THEN trace END) AS other
     FROM keyed WHERE NOT is_collided OR trace IS NOT NULL
 ), spans AS (
-    SELECT record_id, min(record_id) OVER (PARTITION BY hash(value)) AS other FROM record_ids WHERE kind = 'span'
+    SELECT record_id, min(record_id) OVER (PARTITION BY hash(value)) AS other FROM build_ids WHERE kind = 'span'
 ), parents AS (  -- a child span joins its parent's request when a serving process recorded the parent
     SELECT child.record_id, owner.record_id AS other
-    FROM record_ids child
-    JOIN record_ids owner ON owner.kind = 'span' AND owner.value = child.value
-    JOIN record_workers rw ON rw.record_id = owner.record_id
+    FROM build_ids child
+    JOIN build_ids owner ON owner.kind = 'span' AND owner.value = child.value
+    JOIN build_workers rw ON rw.record_id = owner.record_id
     WHERE child.kind = 'parent_span' AND rw.role IN ({_SERVING_ROLES_SQL})
 )
 SELECT record_id AS a, other AS b FROM grouped WHERE record_id <> other
 UNION ALL SELECT record_id, other FROM spans WHERE record_id <> other
 UNION ALL SELECT record_id, other FROM parents;
 
-CREATE OR REPLACE TEMP TABLE labels AS SELECT record_id, record_id AS label FROM records;
+CREATE OR REPLACE TEMP TABLE labels AS SELECT record_id, record_id AS label FROM build_records;
 """
 
 PROPAGATE = """
@@ -92,7 +96,7 @@ CREATE OR REPLACE TEMP TABLE request_workers AS
 WITH w AS (
     SELECT m.record_id, m.request_id, rw.worker, rw.role,
            rw.worker IS NULL OR NOT regexp_matches(rw.worker, '[:@]') AS bare
-    FROM request_members m JOIN record_workers rw USING (record_id)
+    FROM request_members m JOIN build_workers rw USING (record_id)
 ), named AS (
     SELECT request_id, role, min(worker) AS worker FROM w WHERE NOT bare
     GROUP BY request_id, role HAVING count(DISTINCT worker) = 1
@@ -109,7 +113,7 @@ FROM w LEFT JOIN named n ON n.request_id = w.request_id AND n.role IS NOT DISTIN
 SUMMARY = """
 WITH r AS (
     SELECT rw.request_id, rec.*, rw.worker AS w, rw.role AS ro, rw.bare
-    FROM request_workers rw JOIN records rec USING (record_id)
+    FROM request_workers rw JOIN build_records rec USING (record_id)
     WHERE rw.request_id >= $low AND rw.request_id < $high
 ), entry AS (
     -- The first entry record (perf-metrics entries have no wall time: they come last).
@@ -119,7 +123,7 @@ WITH r AS (
     FROM r WHERE entry GROUP BY request_id
 ), slice_ids AS (  -- the ids of the slice's records, read once
     SELECT m.request_id, i.*
-    FROM request_members m JOIN record_ids i USING (record_id)
+    FROM request_members m JOIN build_ids i USING (record_id)
     WHERE m.request_id >= $low AND m.request_id < $high
 ), entry_reply AS (  -- the reply id the client saw: the one the entry server's records carry
     SELECT r.request_id, min(i.value) AS entry_reply_id
@@ -184,11 +188,39 @@ FROM summary s LEFT JOIN ids i USING (request_id) LEFT JOIN entry_reply e USING 
 MAX_ROUNDS = 50
 SUMMARY_SLICE_RECORDS = 100_000  # records whose requests are summarized at once
 
+# What the build reads: the whole store, or (update_requests) the records of the requests that new
+# records touch, copied into temp tables first.
+WHOLE_STORE = """
+CREATE OR REPLACE TEMP VIEW build_records AS SELECT * FROM records;
+CREATE OR REPLACE TEMP VIEW build_ids AS SELECT * FROM record_ids;
+CREATE OR REPLACE TEMP VIEW build_workers AS SELECT * FROM record_workers;
+"""
+SCOPE = """
+CREATE OR REPLACE TEMP TABLE scope_workers AS
+    SELECT * FROM record_workers WHERE record_id IN (SELECT record_id FROM scope_records);
+CREATE OR REPLACE TEMP TABLE scope_ids AS
+    SELECT * FROM record_ids WHERE record_id IN (SELECT record_id FROM scope_records);
+CREATE OR REPLACE TEMP VIEW build_records AS SELECT * FROM scope_workers;  -- every column of records
+CREATE OR REPLACE TEMP VIEW build_ids AS SELECT * FROM scope_ids;
+CREATE OR REPLACE TEMP VIEW build_workers AS SELECT * FROM scope_workers;
+"""
+# The SQL that makes the persisted tables: when it changes, tables an older trace-join built are
+# built again whole, not added to.
+BUILT_BY = hashlib.sha256((BUILD + PROPAGATE + SUMMARIZE + SUMMARY).encode()).hexdigest()[:16]
+# Ids by which records join (graph.py's keys and the span tree); the labels join nothing.
+_JOINING_KINDS = "('reply_id', 'internal_id', 'disagg_request_id', 'engine_request_id', 'ctx_request_id', " \
+                 "'span', 'parent_span')"
+
 
 def build_requests(store: Store) -> None:
     """Label every record with its request (temp table `request_members`) and summarize each
     request (temp table `request_summary`), in this connection; read-only connections can too."""
-    con = store.con
+    store.con.execute(WHOLE_STORE)
+    _build(store.con)
+
+
+def _build(con) -> None:
+    """Requests of the records the build_* views show."""
     con.execute(BUILD)
     for _ in range(MAX_ROUNDS):
         con.execute(PROPAGATE)
@@ -219,15 +251,140 @@ def _slice_bounds(con) -> list[int]:
     return sorted({request_id for (request_id,) in starts}) + [last + 1]
 
 
+def update_requests(store: Store) -> None:
+    """Bring the tables `requests` and `request_records` (record_id, request_id, and the record's
+    worker and role as settled within its request) up to date with the store, in one transaction.
+
+    Only the requests that records stored since the last update touch are built again: those
+    holding a record that shares an id with a new record, then those sharing one with these, until
+    none is left (a collided key, or a client's span, can reach from one request into another);
+    and the requests of records whose worker or role a new origin, alias or role renamed. The
+    requests outside stay as they were, since no edge of the id graph reaches them. A large ingest
+    calls this every so many records (ingest.py), so each build holds a bounded part of the store;
+    the whole store is built when there is nothing to go on from."""
+    con = store.con
+    through = con.execute("SELECT coalesce(max(record_id), 0) FROM records").fetchone()[0]
+    state = _stored_state(con)
+    naming = _naming(con)
+    if state is None:
+        con.execute(WHOLE_STORE)
+        _build(con)
+        _persist(con, whole=True, through=through, naming=naming)
+        return
+    built_through, built_naming = state
+    if through == built_through and naming == built_naming:
+        return
+    renamed = _renamed_records(con, built_through, built_naming, naming)
+    _scope(con, built_through, renamed)
+    con.execute(SCOPE)
+    _build(con)
+    _persist(con, whole=False, through=through, naming=naming)
+
+
 def persist_requests(store: Store) -> None:
-    """Build, then store the result as tables `requests` and `request_records` (record_id,
-    request_id, and the record's worker and role as settled within its request) in one
-    transaction."""
-    build_requests(store)
-    store.con.execute("""
-        BEGIN;
-        CREATE OR REPLACE TABLE main.request_records AS
-            SELECT record_id, request_id, worker, role FROM request_workers;
-        CREATE OR REPLACE TABLE main.requests AS SELECT * FROM request_summary;
-        COMMIT;
+    """Build every request of the store again and store them (update_requests, from nothing)."""
+    store.con.execute("DELETE FROM meta WHERE key = 'requests_state'")
+    update_requests(store)
+
+
+def _stored_state(con) -> tuple[int, dict] | None:
+    """(last record built, the naming then) of the persisted tables, if this release built them."""
+    row = con.execute("SELECT value FROM meta WHERE key = 'requests_state'").fetchone()
+    if row is None:
+        return None
+    state = json.loads(row[0])
+    if state.get("built_by") != BUILT_BY:
+        return None
+    return state["through"], state["naming"]
+
+
+def _naming(con) -> dict:
+    """What names a record's worker and role besides the record (the view record_workers): each
+    origin's worker and role, the aliases, the roles the entry servers state."""
+    return {
+        "origins": {str(o): [w, r] for o, w, r in con.execute("SELECT origin_id, worker, role FROM origins").fetchall()},
+        "aliases": dict(con.execute("SELECT alias, worker FROM worker_aliases").fetchall()),
+        "roles": dict(con.execute("SELECT instance_id, role FROM worker_roles").fetchall()),
+    }
+
+
+def _renamed_records(con, through: int, before: dict, now: dict) -> str:
+    """SQL for the records up to `through` whose worker or role the naming changes may have changed:
+    those of a changed origin, or named (before or after aliasing, or by instance id) by a changed
+    alias, stated role, or origin's worker. New workers rename nothing stored before them."""
+    origins = [int(o) for o, named in now["origins"].items() if before["origins"].get(o, named) != named]
+    names: set[str] = set()
+    for alias, worker in now["aliases"].items():
+        if before["aliases"].get(alias) != worker:
+            names |= {alias, worker, before["aliases"].get(alias)}
+    names |= {i for i, role in now["roles"].items() if before["roles"].get(i) != role}
+    for o, (worker, _) in now["origins"].items():  # another origin's stated role may cancel a worker's
+        if before["origins"].get(o) != now["origins"][o]:
+            names |= {worker, (before["origins"].get(o) or [None])[0]}
+    names.discard(None)
+    if not origins and not names:
+        return "SELECT NULL::BIGINT AS record_id WHERE false"
+    con.execute("CREATE OR REPLACE TEMP TABLE renamed_names AS SELECT unnest(?::VARCHAR[]) AS name", [sorted(names)])
+    listed = ",".join(map(str, origins)) or "NULL"
+    return f"""
+        SELECT r.record_id FROM records r JOIN origins o USING (origin_id)
+        LEFT JOIN worker_aliases a ON a.alias = coalesce(r.worker, o.worker)
+        WHERE r.record_id <= {through} AND (r.origin_id IN ({listed})
+            OR coalesce(r.worker, o.worker) IN (SELECT name FROM renamed_names)
+            OR a.worker IN (SELECT name FROM renamed_names)
+            OR regexp_extract(coalesce(a.worker, r.worker, o.worker), '[^:]+$') IN (SELECT name FROM renamed_names))"""
+
+
+def _scope(con, through: int, renamed: str) -> None:
+    """Temp table scope_records: the records new since `through`, and every record of the stored
+    requests they reach (see update_requests); scope_requests: those requests."""
+    con.execute(f"""
+        CREATE OR REPLACE TEMP TABLE scope_requests AS
+            SELECT DISTINCT request_id FROM request_records WHERE record_id IN ({renamed});
+        CREATE OR REPLACE TEMP TABLE reached AS SELECT * FROM scope_requests;
+        -- ids as their index keys: a key two values share (1 in 10^12) only widens the scope
+        CREATE OR REPLACE TEMP TABLE scope_keys AS
+            SELECT DISTINCT hash(value) AS key FROM record_ids WHERE record_id > {through} AND kind IN {_JOINING_KINDS};
+        CREATE OR REPLACE TEMP TABLE frontier AS SELECT key FROM scope_keys;
     """)
+    while True:
+        con.execute("""
+            INSERT INTO frontier
+            SELECT DISTINCT hash(i.value) FROM record_ids i
+            JOIN request_records m USING (record_id) JOIN reached USING (request_id)
+            WHERE i.kind IN """ + _JOINING_KINDS + """ AND hash(i.value) NOT IN (SELECT key FROM scope_keys);
+            INSERT INTO scope_keys SELECT key FROM frontier WHERE key NOT IN (SELECT key FROM scope_keys);
+            CREATE OR REPLACE TEMP TABLE reached AS
+                SELECT DISTINCT m.request_id FROM id_index x JOIN frontier f ON x.key = f.key
+                JOIN request_records m ON m.record_id = x.record_id
+                WHERE m.request_id NOT IN (SELECT request_id FROM scope_requests);
+            INSERT INTO scope_requests SELECT request_id FROM reached;
+            DELETE FROM frontier;
+        """)
+        if con.execute("SELECT count(*) FROM reached").fetchone()[0] == 0:
+            break
+    con.execute(f"""
+        CREATE OR REPLACE TEMP TABLE scope_records AS
+            SELECT record_id FROM request_records WHERE request_id IN (SELECT request_id FROM scope_requests)
+            UNION ALL SELECT record_id FROM records WHERE record_id > {through};
+    """)
+
+
+def _persist(con, *, whole: bool, through: int, naming: dict) -> None:
+    state = json.dumps({"built_by": BUILT_BY, "through": through, "naming": naming})
+    if whole:
+        tables = """
+            CREATE OR REPLACE TABLE main.request_records AS
+                SELECT record_id, request_id, worker, role FROM request_workers;
+            CREATE OR REPLACE TABLE main.requests AS SELECT * FROM request_summary;
+        """
+    else:
+        tables = """
+            DELETE FROM main.request_records WHERE request_id IN (SELECT request_id FROM scope_requests);
+            DELETE FROM main.requests WHERE request_id IN (SELECT request_id FROM scope_requests);
+            INSERT INTO main.request_records SELECT record_id, request_id, worker, role FROM request_workers;
+            INSERT INTO main.requests SELECT * FROM request_summary;
+        """
+    with transaction(con):
+        con.execute(tables)
+        con.execute("INSERT OR REPLACE INTO meta VALUES ('requests_state', ?)", [state])

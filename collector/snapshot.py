@@ -9,7 +9,7 @@ reading it until it reopens the path.
 
 The copy is in DuckDB's 1.5 storage format, which Grafana's DuckDB plugin (DuckDB 1.5) can open and
 newer DuckDB reads too. It also gets the `requests` tables the dashboards read
-(requests.persist_requests), built in the copy, where that work holds up no writer.
+(requests.update_requests), brought up to date in the copy, where that work holds up no writer.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import threading
 from pathlib import Path
 from typing import Callable
 
-from .requests import persist_requests
+from .requests import update_requests
 from .store import Store, open_store
 from .writer import Writer
 
@@ -44,7 +44,7 @@ def publish(store: Store) -> Path:
     finally:
         con.execute("DETACH tracejoin_snapshot")
     with open_store(partial) as copy:
-        persist_requests(copy)
+        update_requests(copy)
     os.replace(partial, final)
     return final
 

@@ -69,3 +69,72 @@ def test_requests_summarized_a_slice_at_a_time_are_the_same(tmp_path, monkeypatc
     whole = summaries[requests.SUMMARY_SLICE_RECORDS]
     assert served == 6
     assert summaries[7] == whole and summaries[1] == whole
+
+
+def _mixed_sources(folder):
+    """Requests that join every way: Dynamo's logs, spans and request-trace rows (collided keys
+    included), trace-join's own lines with a retried disagg id and engine ids two workers share,
+    a collision only another request's ids lead to, and a TensorRT-LLM perf file naming a worker
+    the middleware names otherwise (its format reproduced from reference/formats-trtllm.md §6:
+    TensorRT-LLM cannot run here)."""
+    import orjson
+
+    from .test_tracejoin_jsonl import TRACE, line, write
+
+    sample = DynamoSample()
+    first = sample.add(x_request_id="a")
+    for n in range(1, 6):
+        sample.add(offset_ms=10 * n, status="error" if n == 3 else "ok")
+    sample.add(offset_ms=70, request_id=first.request_id)  # a collision with the first
+    sample.write(folder / "dynamo")
+    common = dict(trace_id=TRACE, internal_id="0d6c7f0e-6a55-4c8e-9f60-1b2a3c4d5e6f")
+    write(folder / "router.jsonl",
+          line("2026-11-30T10:40:30.000000Z", "request.start", role="router", worker="gw:8000", span_id="1111111111111111", **common),
+          line("2026-11-30T10:40:30.001000Z", "disagg id assigned", role="router", worker="gw:8000",
+               span_id="1111111111111111", disagg_request_id="1099511627799", **common),
+          line("2026-11-30T10:40:30.300000Z", "request.end", role="router", worker="gw:8000", span_id="1111111111111111",
+               status=200, reply_id="resp_1099511627800_0123456789abcdef", disagg_request_id="1099511627800", **common))
+    write(folder / "ctx-a.jsonl", line("2026-11-30T10:40:30.060000Z", "request.end", role="ctx", worker="ctx-a:8001",
+                                       disagg_request_id="1099511627800", engine_request_id="7", status=200))
+    write(folder / "ctx-b.jsonl", line("2026-11-30T10:40:31.000000Z", "request.end", role="ctx", worker="ctx-b:8001",
+                                       disagg_request_id="1099511627999", engine_request_id="7", status=200))
+    write(folder / "gen.jsonl", line(
+        "2026-11-30T10:40:30.000000Z", "request.end", role="gen", worker="gpu-2:8002", process="gpu-2:4242",
+        disagg_request_id="1099511627800", engine_request_id="3", engine_worker="gpu-2:4242", status=200))
+    # Two requests whose entries carry one reply id (a collision), and a later line that reaches
+    # the first by its disagg id alone: updating that request must still see the collision.
+    write(folder / "router-2.jsonl", *(
+        line(f"2026-11-30T10:41:0{n}.000000Z", "request.start", role="router", worker="gw:8000",
+             trace_id=f"{n}" * 32, span_id=f"{n}" * 16, internal_id=f"in-{n}", disagg_request_id=f"109951162790{n}",
+             reply_id="resp_shared") for n in (1, 2)))
+    write(folder / "zz-late.jsonl", line("2026-11-30T10:41:01.100000Z", "request.end", role="ctx",
+                                         worker="ctx-c:8001", disagg_request_id="1099511627901", status=200))
+    (folder / "perf_metrics-server-gpu-2-4242-20261130T104000Z.jsonl").write_bytes(orjson.dumps({
+        "request_id": 3, "perf_metrics": {"timing_metrics": {"arrival_time": 100.0, "first_token_time": 100.04,
+                                                             "last_token_time": 100.5}},
+        "disagg_request_id": 1099511627800, "ctx_request_id": 9, "status": "complete"}) + b"\n")
+    return sorted(p for p in folder.rglob("*") if p.is_file())
+
+
+def test_requests_updated_as_records_arrive_are_those_of_one_build(tmp_path):
+    # A long ingest updates the requests tables every so many records, building again only the
+    # requests new records reach; whatever the order the files come in, and however often it
+    # updates, the tables must end as one build of the whole store makes them.
+    from tracejoin.collector import requests
+    from tracejoin.collector.ingest import Ingester
+    from tracejoin.collector.store import open_store
+
+    files = _mixed_sources(tmp_path / "logs")
+    tables = ("SELECT * FROM request_records ORDER BY record_id", "SELECT * FROM requests ORDER BY request_id")
+    for name, order in (("in order", files), ("reversed", files[::-1])):
+        with open_store(tmp_path / f"{name}.duckdb") as store:
+            for every in (3, 17):
+                Ingester(store, batch_records=5, requests_every=every).ingest_paths([str(p) for p in order])
+                updated = [store.con.execute(q).fetchall() for q in tables]
+                requests.persist_requests(store)  # the whole store, from nothing
+                whole = [store.con.execute(q).fetchall() for q in tables]
+                assert updated == whole, (name, every)
+                assert len(whole[1]) >= 10 and any(row for row in whole[1] if row[-3])  # requests, a collided one
+                store.con.execute("DELETE FROM meta WHERE key = 'requests_state'")
+                for table in ("records", "record_ids", "origins", "worker_aliases", "worker_roles", "id_tail"):
+                    store.con.execute(f"DELETE FROM {table}")
