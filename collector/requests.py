@@ -88,6 +88,8 @@ SELECT l.record_id, least(l.label, coalesce(m.label, l.label)) AS label FROM lab
 
 SUMMARIZE = """
 CREATE OR REPLACE TEMP TABLE request_members AS SELECT record_id, label AS request_id FROM labels;
+DROP TABLE labels;  -- the memory the summary needs
+DROP TABLE edges;
 
 -- Each record's worker within its request: a record whose source names no process, or only a
 -- service, is put under the one worker of its role named in full in the request (the rule of
@@ -112,14 +114,23 @@ FROM w LEFT JOIN named n ON n.request_id = w.request_id AND n.role IS NOT DISTIN
 # store's memory limit (2 million records under 256 MB; slices of 500,000 records did too).
 SUMMARY = """
 WITH r AS (
-    SELECT rw.request_id, rec.*, rw.worker AS w, rw.role AS ro, rw.bare
+    SELECT rw.request_id, rec.record_id, rec.time_ns, rec.steady_s, rec.entry, rec.kind, rec.name, rec.level,
+           rec.status, rec.duration_ns, rec.source, rw.worker AS w, rw.role AS ro, rw.bare,
+           -- the attributes read below, not every record's whole JSON (this CTE is held in memory)
+           coalesce(rec.attrs->>'route', rec.attrs->>'uri', rec.attrs->>'url.path') AS route,
+           rec.attrs->>'endpoint' AS endpoint,
+           (rec.attrs->>'disconnected') = 'true' AS disconnected,
+           TRY_CAST(rec.attrs->>'ttft_ms' AS DOUBLE) AS ttft_ms, TRY_CAST(rec.attrs->>'ttfb_ms' AS DOUBLE) AS ttfb_ms,
+           TRY_CAST(rec.attrs->>'queue_ms' AS DOUBLE) AS queue_ms,
+           TRY_CAST(rec.attrs->>'kv_transfer_ms' AS DOUBLE) AS kv_transfer_ms
     FROM request_workers rw JOIN build_records rec USING (record_id)
     WHERE rw.request_id >= $low AND rw.request_id < $high
 ), entry AS (
     -- The first entry record (perf-metrics entries have no wall time: they come last).
     SELECT request_id, first(w ORDER BY time_ns NULLS LAST, steady_s) AS entry_worker,
            first(ro ORDER BY time_ns NULLS LAST, steady_s) AS entry_role,
-           first(attrs ORDER BY time_ns NULLS LAST, steady_s) AS entry_attrs
+           first(route ORDER BY time_ns NULLS LAST, steady_s) AS entry_route,
+           first(endpoint ORDER BY time_ns NULLS LAST, steady_s) AS entry_endpoint
     FROM r WHERE entry GROUP BY request_id
 ), slice_ids AS (  -- the ids of the slice's records, read once
     SELECT m.request_id, i.*
@@ -154,23 +165,21 @@ WITH r AS (
         bool_or(r.entry) AS has_entry,
         any_value(e.entry_worker) AS entry_worker,
         any_value(e.entry_role) AS entry_role,
-        coalesce(any_value(e.entry_attrs->>'route'), any_value(e.entry_attrs->>'uri'),
-                 any_value(e.entry_attrs->>'url.path')) AS route,
-        any_value(e.entry_attrs->>'endpoint') AS endpoint,
+        any_value(e.entry_route) AS route,
+        any_value(e.entry_endpoint) AS endpoint,
         -- The HTTP status the client got: the entry tier's own end record, else any.
         coalesce(
             max(r.status) FILTER (WHERE r.name IN ('request.end', 'http response sent') AND r.ro = e.entry_role),
             max(r.status) FILTER (WHERE r.name IN ('request.end', 'http response sent'))) AS http_status,
         bool_or(upper(coalesce(r.level, '')) IN ('ERROR', 'CRITICAL', 'FATAL') OR r.status = 'error'
                 OR (regexp_matches(coalesce(r.status, ''), '^[0-9]{3}$') AND r.status >= '500')) AS error,
-        bool_or((r.attrs->>'disconnected') = 'true' OR r.status = 'cancelled') AS disconnected,
+        bool_or(r.disconnected OR r.status = 'cancelled') AS disconnected,
         coalesce(
             max(r.duration_ns) FILTER (WHERE r.entry OR r.name IN ('request.end', 'request completed')) / 1e6,
             (max(r.time_ns) - min(r.time_ns)) / 1e6) AS duration_ms,
-        coalesce(max(TRY_CAST(r.attrs->>'ttft_ms' AS DOUBLE)),
-                 max(TRY_CAST(r.attrs->>'ttfb_ms' AS DOUBLE))) AS ttft_ms,
-        max(TRY_CAST(r.attrs->>'queue_ms' AS DOUBLE)) AS queue_ms,
-        max(TRY_CAST(r.attrs->>'kv_transfer_ms' AS DOUBLE)) AS kv_transfer_ms,
+        coalesce(max(r.ttft_ms), max(r.ttfb_ms)) AS ttft_ms,
+        max(r.queue_ms) AS queue_ms,
+        max(r.kv_transfer_ms) AS kv_transfer_ms,
         -- Workers named in full; a request only bare names reach is listed under those.
         coalesce(list(DISTINCT r.w ORDER BY r.w) FILTER (WHERE NOT r.bare),
                  list(DISTINCT r.w ORDER BY r.w) FILTER (WHERE r.w IS NOT NULL)) AS workers,
@@ -189,20 +198,20 @@ MAX_ROUNDS = 50
 SUMMARY_SLICE_RECORDS = 100_000  # records whose requests are summarized at once
 
 # What the build reads: the whole store, or (update_requests) the records of the requests that new
-# records touch, copied into temp tables first.
+# records touch. Views, not copies: a copy of millions of records (their attributes included) would
+# take the memory the build needs.
 WHOLE_STORE = """
 CREATE OR REPLACE TEMP VIEW build_records AS SELECT * FROM records;
 CREATE OR REPLACE TEMP VIEW build_ids AS SELECT * FROM record_ids;
 CREATE OR REPLACE TEMP VIEW build_workers AS SELECT * FROM record_workers;
 """
 SCOPE = """
-CREATE OR REPLACE TEMP TABLE scope_workers AS
-    SELECT * FROM record_workers WHERE record_id IN (SELECT record_id FROM scope_records);
-CREATE OR REPLACE TEMP TABLE scope_ids AS
+CREATE OR REPLACE TEMP VIEW build_records AS
+    SELECT * FROM records WHERE record_id IN (SELECT record_id FROM scope_records);
+CREATE OR REPLACE TEMP VIEW build_ids AS
     SELECT * FROM record_ids WHERE record_id IN (SELECT record_id FROM scope_records);
-CREATE OR REPLACE TEMP VIEW build_records AS SELECT * FROM scope_workers;  -- every column of records
-CREATE OR REPLACE TEMP VIEW build_ids AS SELECT * FROM scope_ids;
-CREATE OR REPLACE TEMP VIEW build_workers AS SELECT * FROM scope_workers;
+CREATE OR REPLACE TEMP VIEW build_workers AS
+    SELECT * FROM record_workers WHERE record_id IN (SELECT record_id FROM scope_records);
 """
 # The SQL that makes the persisted tables: when it changes, tables an older trace-join built are
 # built again whole, not added to.
