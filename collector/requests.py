@@ -60,11 +60,20 @@ WITH keyed AS (  -- scopes under the process's main name (store.py: worker_alias
     LEFT JOIN worker_aliases a ON a.alias = i.scope
     LEFT JOIN collided c ON c.key = hash(i.kind, i.value, i.scope)
     WHERE {_KEY_FILTER}
-), grouped AS (
-    SELECT record_id, min(record_id) OVER (PARTITION BY key, CASE WHEN is_collided THEN trace END) AS other
+), joinable AS (  -- a collided key joins only within a trace
+    SELECT record_id, key, CASE WHEN is_collided THEN trace END AS within
     FROM keyed WHERE NOT is_collided OR trace IS NOT NULL
+), grouped AS (  -- each record to the first record of its group (grouped and joined, not a window:
+                 -- DuckDB's window operator held its partitions in memory past the budget)
+    SELECT j.record_id, g.other
+    FROM joinable j
+    JOIN (SELECT key, within, min(record_id) AS other FROM joinable GROUP BY key, within) g
+      ON g.key = j.key AND g.within IS NOT DISTINCT FROM j.within
+), span_ids AS (
+    SELECT record_id, hash(value) AS span FROM build_ids WHERE kind = 'span'
 ), spans AS (
-    SELECT record_id, min(record_id) OVER (PARTITION BY hash(value)) AS other FROM build_ids WHERE kind = 'span'
+    SELECT s.record_id, g.other
+    FROM span_ids s JOIN (SELECT span, min(record_id) AS other FROM span_ids GROUP BY span) g USING (span)
 ), parents AS (  -- a child span joins its parent's request when a serving process recorded the parent
     SELECT child.record_id, owner.record_id AS other
     FROM build_ids child
@@ -111,7 +120,8 @@ FROM w LEFT JOIN named n ON n.request_id = w.request_id AND n.role IS NOT DISTIN
 
 # One slice of requests ($low <= request_id < $high) at a time: the list and ordered aggregates here
 # hold their groups in memory, and over every request of a large store at once they exceeded the
-# store's memory limit (2 million records under 256 MB; slices of 500,000 records did too).
+# store's memory limit (2 million records under 256 MB; slices of 500,000 records did too, and of
+# 100,000 under 160 MB).
 SUMMARY = """
 WITH r AS (
     SELECT rw.request_id, rec.record_id, rec.time_ns, rec.steady_s, rec.entry, rec.kind, rec.name, rec.level,
@@ -195,7 +205,7 @@ FROM summary s LEFT JOIN ids i USING (request_id) LEFT JOIN entry_reply e USING 
 """
 
 MAX_ROUNDS = 50
-SUMMARY_SLICE_RECORDS = 100_000  # records whose requests are summarized at once
+SUMMARY_SLICE_RECORDS = 50_000  # records whose requests are summarized at once
 
 # What the build reads: the whole store, or (update_requests) the records of the requests that new
 # records touch. Views, not copies: a copy of millions of records (their attributes included) would

@@ -148,8 +148,9 @@ def default_db_path() -> str:
 def memory_limit() -> str:
     """DuckDB's memory budget (it spills to `<db>.tmp/` beyond it). Its default, 80 % of the
     machine, lets a large ingest or the requests build take gigabytes next to the serving
-    processes; a collector should stay small (docs/performance.md, memory)."""
-    return os.environ.get("TRACEJOIN_MEMORY_LIMIT", "256MB")
+    processes; a collector should stay small (docs/performance.md, memory). 192 MB: what the
+    requests update of a million records needs, with room (160 MB sufficed when measured)."""
+    return os.environ.get("TRACEJOIN_MEMORY_LIMIT", "192MB")
 
 
 def open_store(path: str | os.PathLike | None = None, *, read_only: bool = False) -> "Store":
