@@ -232,14 +232,39 @@ _JOINING_KINDS = "('reply_id', 'internal_id', 'disagg_request_id', 'engine_reque
 
 
 def build_requests(store: Store) -> None:
-    """Label every record with its request (temp table `request_members`) and summarize each
-    request (temp table `request_summary`), in this connection; read-only connections can too."""
-    store.con.execute(WHOLE_STORE)
-    _build(store.con)
+    """Every record's request (temp `request_members`, and `request_workers` with the record's
+    worker and role in it) and each request's summary (temp `request_summary`), for this
+    connection: the stored tables when update_requests left them up to date, else built here for
+    the whole store (read-only connections can too)."""
+    con = store.con
+    if _stored_tables_current(con):
+        _drop_temp(con, _RESULTS)
+        con.execute("""
+            CREATE TEMP VIEW request_members AS SELECT record_id, request_id FROM main.request_records;
+            CREATE TEMP VIEW request_workers AS SELECT record_id, request_id, worker, role FROM main.request_records;
+            CREATE TEMP VIEW request_summary AS SELECT * FROM main.requests;
+        """)
+        return
+    con.execute(WHOLE_STORE)
+    _build(con)
+
+
+_RESULTS = ("request_members", "request_workers", "request_summary")
+
+
+def _drop_temp(con, names) -> None:
+    """Drop these temp tables or views, whichever they are (CREATE OR REPLACE cannot turn one into the other)."""
+    listed = ", ".join(f"'{n}'" for n in names)
+    for name, kind in con.execute(
+        f"SELECT view_name, 'VIEW' FROM duckdb_views() WHERE temporary AND view_name IN ({listed}) "
+        f"UNION ALL SELECT table_name, 'TABLE' FROM duckdb_tables() WHERE temporary AND table_name IN ({listed})"
+    ).fetchall():
+        con.execute(f"DROP {kind} temp.{name}")
 
 
 def _build(con) -> None:
     """Requests of the records the build_* views show."""
+    _drop_temp(con, _RESULTS)
     con.execute(BUILD)
     for _ in range(MAX_ROUNDS):
         con.execute(PROPAGATE)
@@ -282,7 +307,7 @@ def update_requests(store: Store) -> None:
     calls this every so many records (ingest.py), so each build holds a bounded part of the store;
     the whole store is built when there is nothing to go on from."""
     con = store.con
-    through = con.execute("SELECT coalesce(max(record_id), 0) FROM records").fetchone()[0]
+    through = _last_record(con)
     state = _stored_state(con)
     naming = _naming(con)
     if state is None:
@@ -304,6 +329,14 @@ def persist_requests(store: Store) -> None:
     """Build every request of the store again and store them (update_requests, from nothing)."""
     store.con.execute("DELETE FROM meta WHERE key = 'requests_state'")
     update_requests(store)
+
+
+def _last_record(con) -> int:
+    return con.execute("SELECT coalesce(max(record_id), 0) FROM records").fetchone()[0]
+
+
+def _stored_tables_current(con) -> bool:
+    return _stored_state(con) == (_last_record(con), _naming(con))
 
 
 def _stored_state(con) -> tuple[int, dict] | None:

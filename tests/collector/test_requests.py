@@ -138,3 +138,31 @@ def test_requests_updated_as_records_arrive_are_those_of_one_build(tmp_path):
                 store.con.execute("DELETE FROM meta WHERE key = 'requests_state'")
                 for table in ("records", "record_ids", "origins", "worker_aliases", "worker_roles", "id_tail"):
                     store.con.execute(f"DELETE FROM {table}")
+
+
+def test_reads_use_the_stored_tables_when_up_to_date_and_build_otherwise(tmp_path):
+    # `requests` and `coverage` read the tables ingest keeps up to date instead of building every
+    # request again (minutes on a large store); stale or missing tables are built around, and
+    # both ways give the same answers.
+    from tracejoin.collector import requests
+    from tracejoin.collector.coverage import coverage
+    from tracejoin.collector.ingest import Ingester
+    from tracejoin.collector.request_list import RequestFilter, list_requests
+    from tracejoin.collector.store import open_store
+
+    def summary_kind(store):
+        return store.con.execute("SELECT table_type FROM information_schema.tables "
+                                 "WHERE table_name = 'request_summary'").fetchone()[0]
+
+    files = [str(p) for p in _mixed_sources(tmp_path / "logs")]
+    with open_store(tmp_path / "store.duckdb") as store:
+        Ingester(store, requests_every=10).ingest_paths(files[:-2])
+        first = list_requests(store, RequestFilter(limit=100))
+        assert summary_kind(store) == "VIEW"  # of the stored table
+        Ingester(store).ingest_paths(files[-2:])  # no update: the tables are behind now
+        behind = list_requests(store, RequestFilter(limit=100)), coverage(store)
+        assert summary_kind(store) == "LOCAL TEMPORARY"  # built in this connection
+        requests.update_requests(store)
+        current = list_requests(store, RequestFilter(limit=100)), coverage(store)
+        assert summary_kind(store) == "VIEW"
+    assert current == behind and len(current[0]) > len(first) >= 5
