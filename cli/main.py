@@ -73,8 +73,8 @@ def _query(db: Optional[str], name: str, **params):
 @app.command()
 def ingest(
     paths: Optional[List[str]] = typer.Argument(
-        None, help="Files, folders or globs; .gz is read as it is. None: only open the store for writing, "
-                   "which upgrades a store an older trace-join wrote."),
+        None, help="Files, folders or globs; .gz is read as it is. None: only bring the store up to date "
+                   "(its schema, its requests tables), for a store an older trace-join wrote."),
     db: Optional[str] = DbOption,
     as_json: bool = JsonOption,
     worker: Optional[str] = typer.Option(

@@ -163,7 +163,7 @@ class Ingester:
                 result.errors.append(f"{path}: {e.strerror or e}")
         self._count_requests(result, first_new)
         self.store.learn_worker_roles(first_new)
-        if self.requests_every is not None and result.records:
+        if self.requests_every is not None:  # also brings tables an older trace-join built up to date
             update_requests(self.store)
         return result
 
