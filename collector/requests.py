@@ -78,7 +78,7 @@ WITH keyed AS (  -- scopes under the process's main name (store.py: worker_alias
     SELECT child.record_id, owner.record_id AS other
     FROM build_ids child
     JOIN build_ids owner ON owner.kind = 'span' AND owner.value = child.value
-    JOIN build_workers rw ON rw.record_id = owner.record_id
+    JOIN record_workers rw ON rw.record_id = owner.record_id
     WHERE child.kind = 'parent_span' AND rw.role IN ({_SERVING_ROLES_SQL})
 )
 SELECT record_id AS a, other AS b FROM grouped WHERE record_id <> other
@@ -107,7 +107,7 @@ CREATE OR REPLACE TEMP TABLE request_workers AS
 WITH w AS (
     SELECT m.record_id, m.request_id, rw.worker, rw.role,
            rw.worker IS NULL OR NOT regexp_matches(rw.worker, '[:@]') AS bare
-    FROM request_members m JOIN build_workers rw USING (record_id)
+    FROM request_members m JOIN record_workers rw USING (record_id)
 ), named AS (
     SELECT request_id, role, min(worker) AS worker FROM w WHERE NOT bare
     GROUP BY request_id, role HAVING count(DISTINCT worker) = 1
@@ -124,15 +124,7 @@ FROM w LEFT JOIN named n ON n.request_id = w.request_id AND n.role IS NOT DISTIN
 # 100,000 under 160 MB).
 SUMMARY = """
 WITH r AS (
-    SELECT rw.request_id, rec.record_id, rec.time_ns, rec.steady_s, rec.entry, rec.kind, rec.name, rec.level,
-           rec.status, rec.duration_ns, rec.source, rw.worker AS w, rw.role AS ro, rw.bare,
-           -- the attributes read below, not every record's whole JSON (this CTE is held in memory)
-           coalesce(rec.attrs->>'route', rec.attrs->>'uri', rec.attrs->>'url.path') AS route,
-           rec.attrs->>'endpoint' AS endpoint,
-           (rec.attrs->>'disconnected') = 'true' AS disconnected,
-           TRY_CAST(rec.attrs->>'ttft_ms' AS DOUBLE) AS ttft_ms, TRY_CAST(rec.attrs->>'ttfb_ms' AS DOUBLE) AS ttfb_ms,
-           TRY_CAST(rec.attrs->>'queue_ms' AS DOUBLE) AS queue_ms,
-           TRY_CAST(rec.attrs->>'kv_transfer_ms' AS DOUBLE) AS kv_transfer_ms
+    SELECT rw.request_id, rec.*, rw.worker AS w, rw.role AS ro, rw.bare
     FROM request_workers rw JOIN build_records rec USING (record_id)
     WHERE rw.request_id >= $low AND rw.request_id < $high
 ), entry AS (
@@ -207,25 +199,36 @@ FROM summary s LEFT JOIN ids i USING (request_id) LEFT JOIN entry_reply e USING 
 MAX_ROUNDS = 50
 SUMMARY_SLICE_RECORDS = 50_000  # records whose requests are summarized at once
 
-# What the build reads: the whole store, or (update_requests) the records of the requests that new
-# records touch. Views, not copies: a copy of millions of records (their attributes included) would
-# take the memory the build needs.
-WHOLE_STORE = """
-CREATE OR REPLACE TEMP VIEW build_records AS SELECT * FROM records;
-CREATE OR REPLACE TEMP VIEW build_ids AS SELECT * FROM record_ids;
-CREATE OR REPLACE TEMP VIEW build_workers AS SELECT * FROM record_workers;
+# What the build reads of each record: its place in the span tree, and what the summary shows (the
+# attributes it reads, not every record's whole JSON).
+_RECORD_COLUMNS = """
+    record_id, time_ns, steady_s, entry, kind, name, level, status, duration_ns, source,
+    trace_id, span_id, parent_span_id,
+    coalesce(attrs->>'route', attrs->>'uri', attrs->>'url.path') AS route,
+    attrs->>'endpoint' AS endpoint,
+    (attrs->>'disconnected') = 'true' AS disconnected,
+    TRY_CAST(attrs->>'ttft_ms' AS DOUBLE) AS ttft_ms, TRY_CAST(attrs->>'ttfb_ms' AS DOUBLE) AS ttfb_ms,
+    TRY_CAST(attrs->>'queue_ms' AS DOUBLE) AS queue_ms,
+    TRY_CAST(attrs->>'kv_transfer_ms' AS DOUBLE) AS kv_transfer_ms
 """
-SCOPE = """
-CREATE OR REPLACE TEMP VIEW build_records AS
-    SELECT * FROM records WHERE record_id IN (SELECT record_id FROM scope_records);
-CREATE OR REPLACE TEMP VIEW build_ids AS
+# The records and ids the build reads: the whole store, or (update_requests) those of the requests
+# that new records reach. Records are copied once into a temp table of these columns (DuckDB spills
+# it beyond its budget); the scope's ids too: read through views with a semi-join, every use held
+# a hash table of the scope's records, several in one query.
+WHOLE_STORE = f"""
+CREATE OR REPLACE TEMP TABLE build_records AS SELECT {_RECORD_COLUMNS} FROM records;
+CREATE OR REPLACE TEMP VIEW build_ids AS SELECT * FROM record_ids;
+"""
+SCOPE = f"""
+CREATE OR REPLACE TEMP TABLE build_records AS
+    SELECT {_RECORD_COLUMNS} FROM records WHERE record_id IN (SELECT record_id FROM scope_records);
+CREATE OR REPLACE TEMP TABLE scope_ids AS
     SELECT * FROM record_ids WHERE record_id IN (SELECT record_id FROM scope_records);
-CREATE OR REPLACE TEMP VIEW build_workers AS
-    SELECT * FROM record_workers WHERE record_id IN (SELECT record_id FROM scope_records);
+CREATE OR REPLACE TEMP VIEW build_ids AS SELECT * FROM scope_ids;
 """
 # The SQL that makes the persisted tables: when it changes, tables an older trace-join built are
 # built again whole, not added to.
-BUILT_BY = hashlib.sha256((BUILD + PROPAGATE + SUMMARIZE + SUMMARY).encode()).hexdigest()[:16]
+BUILT_BY = hashlib.sha256((_RECORD_COLUMNS + BUILD + PROPAGATE + SUMMARIZE + SUMMARY).encode()).hexdigest()[:16]
 # Ids by which records join (graph.py's keys and the span tree); the labels join nothing.
 _JOINING_KINDS = "('reply_id', 'internal_id', 'disagg_request_id', 'engine_request_id', 'ctx_request_id', " \
                  "'span', 'parent_span')"
