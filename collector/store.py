@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from . import id_index
-from .duckdb_engine import duckdb, with_arrow
+from .duckdb_engine import duckdb, transaction, with_arrow
 
 # 2: ids indexed by sorted runs (id_index.py) instead of an ART index on record_ids.value
 SCHEMA_VERSION = 2
@@ -315,34 +315,29 @@ class Store:
         """Store one batch (Arrow tables) and the origin position it reaches, atomically; `also`:
         more (sql, parameters) statements that must commit or fail with it."""
         con = self.con
-        con.execute("BEGIN")
         try:
-            if records is not None and records.num_rows:
-                con.register("batch_records", records)
-                con.execute("INSERT INTO records BY NAME SELECT * FROM batch_records")
-                con.unregister("batch_records")
-            if ids is not None and ids.num_rows:
-                con.register("batch_ids", ids)
-                con.execute("INSERT INTO record_ids BY NAME SELECT * FROM batch_ids")
-                id_index.add(con, "batch_ids")
-                con.unregister("batch_ids")
-            if quarantined is not None and quarantined.num_rows:
-                con.register("batch_quarantine", quarantined)
-                con.execute("INSERT INTO quarantine BY NAME SELECT * FROM batch_quarantine")
-                con.unregister("batch_quarantine")
-            for sql, parameters in also:
-                con.execute(sql, parameters)
-            con.execute(
-                "UPDATE origins SET consumed = ?, lines = ?, worker = ?, role = ?, path = ?, updated = now() "
-                "WHERE origin_id = ?",
-                [origin.consumed, origin.lines, origin.worker, origin.role, origin.path, origin.origin_id],
-            )
-            con.execute("COMMIT")
+            with transaction(con):
+                if records is not None and records.num_rows:
+                    con.register("batch_records", records)
+                    con.execute("INSERT INTO records BY NAME SELECT * FROM batch_records")
+                    con.unregister("batch_records")
+                if ids is not None and ids.num_rows:
+                    con.register("batch_ids", ids)
+                    con.execute("INSERT INTO record_ids BY NAME SELECT * FROM batch_ids")
+                    id_index.add(con, "batch_ids")
+                    con.unregister("batch_ids")
+                if quarantined is not None and quarantined.num_rows:
+                    con.register("batch_quarantine", quarantined)
+                    con.execute("INSERT INTO quarantine BY NAME SELECT * FROM batch_quarantine")
+                    con.unregister("batch_quarantine")
+                for sql, parameters in also:
+                    con.execute(sql, parameters)
+                con.execute(
+                    "UPDATE origins SET consumed = ?, lines = ?, worker = ?, role = ?, path = ?, updated = now() "
+                    "WHERE origin_id = ?",
+                    [origin.consumed, origin.lines, origin.worker, origin.role, origin.path, origin.origin_id],
+                )
         except BaseException:
-            self._next_record_id = None
-            try:
-                con.execute("ROLLBACK")
-            except duckdb.TransactionException:  # a failed COMMIT has ended it already: report the failure
-                pass
+            self._next_record_id = None  # the ids it took were not stored
             raise
         id_index.compact(con)
