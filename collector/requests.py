@@ -21,11 +21,20 @@ from contextlib import contextmanager
 
 from .duckdb_engine import transaction
 from .graph import SERVING_ROLES
+from .ids import KEY_KINDS, PARENT_SPAN, SCOPED_KINDS, SPAN
 from .store import Store
 
-_KEY_FILTER = """(i.kind IN ('reply_id', 'internal_id', 'disagg_request_id')
-                 OR (i.kind IN ('engine_request_id', 'ctx_request_id') AND i.scope IS NOT NULL))"""
-_SERVING_ROLES_SQL = ", ".join(f"'{r}'" for r in sorted(SERVING_ROLES))
+
+
+def _sql_list(values) -> str:
+    return ", ".join(f"'{v}'" for v in values)
+
+
+_KEY_FILTER = f"""(i.kind IN ({_sql_list(k for k in KEY_KINDS if k not in SCOPED_KINDS)})
+                 OR (i.kind IN ({_sql_list(SCOPED_KINDS)}) AND i.scope IS NOT NULL))"""
+_SERVING_ROLES_SQL = _sql_list(sorted(SERVING_ROLES))
+# Ids by which records join (graph.py's keys and the span tree); the labels join nothing.
+_JOINING_KINDS = f"({_sql_list((*KEY_KINDS, SPAN, PARENT_SPAN))})"
 
 
 def _hashed(column: str) -> str:
@@ -231,9 +240,6 @@ CREATE OR REPLACE TEMP VIEW build_ids AS SELECT * FROM scope_ids;
 # The SQL that makes the persisted tables: when it changes, tables an older trace-join built are
 # built again whole, not added to.
 BUILT_BY = hashlib.sha256((_RECORD_COLUMNS + BUILD + PROPAGATE + SUMMARIZE + SUMMARY).encode()).hexdigest()[:16]
-# Ids by which records join (graph.py's keys and the span tree); the labels join nothing.
-_JOINING_KINDS = "('reply_id', 'internal_id', 'disagg_request_id', 'engine_request_id', 'ctx_request_id', " \
-                 "'span', 'parent_span')"
 
 
 def build_requests(store: Store) -> None:
@@ -384,15 +390,15 @@ def _renamed_records(con, through: int, before: dict, now: dict) -> str:
     """SQL for the records up to `through` whose worker or role the naming changes may have changed:
     those of a changed origin, or named (before or after aliasing, or by instance id) by a changed
     alias, stated role, or origin's worker. New workers rename nothing stored before them."""
-    origins = [int(o) for o, named in now["origins"].items() if before["origins"].get(o, named) != named]
+    changed = {o: named for o, named in now["origins"].items() if before["origins"].get(o) != named}
+    origins = [int(o) for o in changed if o in before["origins"]]  # a new origin's records are all new
     names: set[str] = set()
+    for o, (worker, _) in changed.items():  # another origin's stated role may cancel a worker's
+        names |= {worker, (before["origins"].get(o) or [None])[0]}
     for alias, worker in now["aliases"].items():
         if before["aliases"].get(alias) != worker:
             names |= {alias, worker, before["aliases"].get(alias)}
     names |= {i for i, role in now["roles"].items() if before["roles"].get(i) != role}
-    for o, (worker, _) in now["origins"].items():  # another origin's stated role may cancel a worker's
-        if before["origins"].get(o) != now["origins"][o]:
-            names |= {worker, (before["origins"].get(o) or [None])[0]}
     names.discard(None)
     if not origins and not names:
         return "SELECT NULL::BIGINT AS record_id WHERE false"
