@@ -36,7 +36,7 @@ from .ids import (
     DEPRECATED_ID_HEADERS, DISAGG_REQUEST_ID_HEADER, ENGINE_REQUEST_ID_HEADER, X_REQUEST_ID, ReplyIdScanner,
     clean_label, new_internal_id, parse_json,
 )
-from .logs import RecordLog, configure_structlog, destination
+from .logs import LineWriter, RecordLog, configure_structlog, destination
 from .request_state import ServedRequest, start_serving, stop_serving
 from .settings import WORKER_ROLES, Settings, worker_identity
 from .tracing import TRACE_CONTEXT_HEADERS, ServerSpans, incoming_trace_context
@@ -114,7 +114,7 @@ class Outputs:
         settings: Settings,
         scope: Message,
         span_processors: Iterable[SpanProcessor],
-        log_writer: structlog.WriteLogger,
+        log_writer: LineWriter,
     ) -> Outputs:
         worker = settings.worker or worker_identity(scope.get("server"))
         if not structlog.is_configured():
@@ -132,7 +132,7 @@ class Exchange:
 
     __slots__ = (
         "middleware", "outputs", "scope", "receive", "send", "headers", "started_at", "first_byte_at", "status",
-        "bytes_sent", "reply", "response_complete", "disconnected", "held_responses_id", "span", "caller_span",
+        "bytes_sent", "reply", "response_complete", "disconnected", "held_responses_id", "span",
         "request",
     )
 
@@ -156,12 +156,16 @@ class Exchange:
         self.span = self.outputs.spans.start(
             f"{method} {path}", parent, attributes={"http.request.method": method, "url.path": path}
         )
-        self.caller_span = trace.get_current_span(parent).get_span_context()
+        span_context = self.span.get_span_context()
+        caller_span = trace.get_current_span(parent).get_span_context()
         raw_x_request_id = self.headers.get(X_REQUEST_ID_NAME)
         x_request_id = clean_label(raw_x_request_id) if raw_x_request_id is not None else ""
         self.request = ServedRequest(
             internal_id=new_internal_id(),
             x_request_id=x_request_id or None,  # a header that cleans to nothing is no label
+            trace_id=trace.format_trace_id(span_context.trace_id),
+            span_id=trace.format_span_id(span_context.span_id),
+            parent_span_id=trace.format_span_id(caller_span.span_id) if caller_span.is_valid else None,
             worker=self.outputs.worker,
             span=self.span,
             log=self.outputs.log,
@@ -179,16 +183,20 @@ class Exchange:
     # -- the request's life ------------------------------------------------------------------------
 
     async def run(self) -> None:
-        log = self.outputs.log
+        request = self.request
         attached = otel_context.attach(trace.set_span_in_context(self.span))
-        # bind and reset rather than bound_contextvars(), which reads the whole context to restore it
-        bound = structlog.contextvars.bind_contextvars(**self._fields_of_every_line())
-        serving = start_serving(self.request)
+        # What every line the app logs while serving the request carries. Bound and reset rather
+        # than bound_contextvars(), which reads the whole context to restore it.
+        settings = self.middleware.settings
+        bound = structlog.contextvars.bind_contextvars(
+            service=settings.service, role=settings.role, worker=request.worker, **request.ids()
+        )
+        serving = start_serving(request)
         try:
-            log.info("request.start", method=self.scope["method"], route=self.scope["path"])
+            request.info("request.start", method=self.scope["method"], route=self.scope["path"])
             for name, header in DEPRECATED_ID_NAMES.items():
                 if name in self.headers:
-                    log.warning("request.header_ignored", header=header)
+                    request.warning("request.header_ignored", header=header)
             try:
                 await self._serve()
             except Exception as error:
@@ -202,25 +210,6 @@ class Exchange:
             for token in bound.values():
                 token.var.reset(token)
             otel_context.detach(attached)
-
-    def _fields_of_every_line(self) -> dict[str, str]:
-        """What every line logged while serving the request carries, the app's lines included."""
-        span_context = self.span.get_span_context()
-        ids = {
-            "service": self.middleware.settings.service,
-            "role": self.middleware.settings.role,
-            "worker": self.outputs.worker,
-            "internal_id": self.request.internal_id,
-            "trace_id": trace.format_trace_id(span_context.trace_id),
-            "span_id": trace.format_span_id(span_context.span_id),
-        }
-        if self.caller_span.is_valid:
-            ids["parent_span_id"] = trace.format_span_id(self.caller_span.span_id)
-        if self.request.x_request_id is not None:
-            ids["x_request_id"] = self.request.x_request_id
-        if self.request.disagg_request_id is not None:
-            ids["disagg_request_id"] = self.request.disagg_request_id
-        return ids
 
     async def _serve(self) -> None:
         receive = self._receive_observed
@@ -246,7 +235,7 @@ class Exchange:
 
     async def _refuse_duplicate(self, responses_id: str) -> None:
         shown = clean_label(responses_id)
-        self.outputs.log.warning("request.request_id_in_use", client_request_id=shown)
+        self.request.warning("request.request_id_in_use", client_request_id=shown)
         body = json.dumps(
             {
                 "error": {
@@ -292,7 +281,7 @@ class Exchange:
                 span.update_name(f"{self.scope['method']} {route}")
             if status >= 500:
                 span.set_status(Status(StatusCode.ERROR))
-        log_method = self.outputs.log.error if status >= 500 else self.outputs.log.info
+        log_method = self.request.error if status >= 500 else self.request.info
         log_method(
             "request.end",
             status=status,
@@ -301,7 +290,6 @@ class Exchange:
             bytes=self.bytes_sent,
             streaming=streaming,
             disconnected=self.disconnected,
-            **self.request.ids_learned(),
         )
         span.end()
 

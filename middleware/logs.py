@@ -10,7 +10,6 @@ chain they cost more than a small app's whole request (docs/performance.md, benc
 
 from __future__ import annotations
 
-import contextvars
 import os
 import socket
 import sys
@@ -20,7 +19,6 @@ from typing import Any
 
 import orjson
 import structlog
-from structlog.contextvars import STRUCTLOG_KEY_PREFIX
 
 from .settings import STDERR
 
@@ -103,94 +101,78 @@ def processor_chain(service: str, role: str, worker: str) -> list:
 
 
 class RecordLog:
-    """The middleware's own logger (lifecycle and tap records): `log.info(event, **fields)`.
+    """The middleware's own records (lifecycle and tap) of one serving process.
 
-    A record gets what processor_chain gives an application line (the bound ids, the level, the
-    process identity, the timestamp, the schema, the leading fields first) and goes through the
-    same writer; only the rendering is orjson's where that gives JSONRenderer's very line.
-    Independent of how (or whether) structlog is configured.
+    A record is the line processor_chain writes for an application line logged while its request is
+    served, with the same keys in the same order: the schema, timestamp, level and event, the process
+    identity, the request's ids (`ids`, in the schema's order, as ServedRequest.ids gives them), then
+    the record's own fields. The ids are handed in rather than read back from structlog's contextvars,
+    and the line is rendered by orjson where that gives JSONRenderer's very line: a record is written
+    twice per request, and through the chain it cost more than a small app's whole request
+    (docs/performance.md, benchmark 3). Independent of how (or whether) structlog is configured.
     """
 
-    def __init__(self, service: str, role: str, worker: str, writer: structlog.WriteLogger):
+    def __init__(self, service: str, role: str, worker: str, writer: LineWriter):
         self.process_identity = AddProcessIdentity(service, role, worker).identity
         self.writer = writer
 
-    def info(self, event: str, **fields: Any) -> None:
-        self._write("info", event, fields)
-
-    def warning(self, event: str, **fields: Any) -> None:
-        self._write("warning", event, fields)
-
-    def error(self, event: str, **fields: Any) -> None:
-        self._write("error", event, fields)
-
-    def _write(self, level: str, event: str, fields: EventDict) -> None:
-        bound = bound_contextvars()
-        # Who wins a key, as in processor_chain: the level, timestamp and schema over everything,
-        # then the record's fields, then what is bound, then the process identity.
-        known = {**self.process_identity, **bound, **fields}
-        record = {"schema": SCHEMA, "ts": utc_timestamp(), "level": level, "event": event}
-        for key in WHO_AND_IDS:
-            if key in known:
-                record[key] = known[key]
-        # then the others in the order the chain leaves them: the fields', then the bound ones'
-        for key, value in fields.items():
-            record.setdefault(key, value)
-        for key, value in bound.items():
-            record.setdefault(key, value)
-        self.writer.msg(_render(record))
+    def write(self, level: str, event: str, ids: dict[str, str], fields: EventDict) -> None:
+        record = {
+            "schema": SCHEMA, "ts": utc_timestamp(), "level": level, "event": event,
+            **self.process_identity, **ids, **fields,
+        }
+        self.writer.write_line(_render(record))
 
 
-# structlog's contextvars (a key's ContextVar is named STRUCTLOG_KEY_PREFIX + key) → their keys, as
-# they are met. structlog keeps its ContextVars for the life of the process, so this stays as small.
-_bound_keys: dict[contextvars.ContextVar, str] = {}
-
-
-def bound_contextvars() -> EventDict:
-    """structlog.contextvars.get_contextvars(), the same dict in the same order, in a third of the
-    time: the key of each ContextVar is worked out once per process, not once per line."""
-    bound = {}
-    for var, value in contextvars.copy_context().items():
-        key = _bound_keys.get(var)
-        if key is None:
-            if not var.name.startswith(STRUCTLOG_KEY_PREFIX):
-                continue
-            key = _bound_keys[var] = var.name[len(STRUCTLOG_KEY_PREFIX):]
-        if value is not Ellipsis:  # what unbind_contextvars leaves
-            bound[key] = value
-    return bound
-
-
-def _render(record: EventDict) -> str:
+def _render(record: EventDict) -> bytes:
     """JSONRenderer's line for `record`, by orjson (20 times faster) when orjson writes the same line:
     when it is ASCII (JSONRenderer escapes the rest) and holds nothing orjson refuses (an integer
-    past 64 bits that the app bound, say). Both write what JSON cannot hold as its repr()."""
+    past 64 bits, say). Both write what JSON cannot hold as its repr()."""
     try:
-        line = orjson.dumps(record, default=repr).decode()
+        line = orjson.dumps(record, default=repr, option=orjson.OPT_APPEND_NEWLINE)
         if line.isascii():
             return line
     except orjson.JSONEncodeError:
         pass
-    return render_json(None, "", record)
+    return render_json(None, "", record).encode() + b"\n"
 
 
-_destinations: dict[str, structlog.WriteLogger] = {}
+class LineWriter:
+    """Appends whole lines to a file (or stderr), each with one write() under a lock, so that a reader
+    tailing the file (the collector) never sees half a line and the lines of several loggers never
+    interleave. Also a structlog logger: structlog hands the line processor_chain rendered to the
+    method named after its level, so the application's lines go through the same writer."""
+
+    def __init__(self, fd: int):
+        self.fd = fd
+        self._lock = threading.Lock()
+
+    def write_line(self, line: bytes) -> None:
+        with self._lock:
+            while line:  # a write to a pipe (stderr) may take only part of a long line
+                line = line[os.write(self.fd, line):]
+
+    def msg(self, message: str) -> None:
+        self.write_line(message.encode() + b"\n")
+
+    log = debug = info = warn = warning = err = error = fatal = critical = exception = failure = msg
+
+
+_destinations: dict[str, LineWriter] = {}
 _destinations_lock = threading.Lock()
 
 
-def destination(log: str) -> structlog.WriteLogger:
-    """The writer for `log` (a path, or STDERR), opened once per process, so that lines from several
-    loggers never interleave. WriteLogger writes each line with one write() under its own lock and
-    flushes it, so a reader (the collector tailing the file) never sees half a line."""
+def destination(log: str) -> LineWriter:
+    """The writer for `log` (a path, or STDERR), opened once per process."""
     key = log if log == STDERR else os.path.abspath(log)
     with _destinations_lock:
         if key not in _destinations:
-            stream = sys.stderr if log == STDERR else open(key, "a", encoding="utf-8")  # noqa: SIM115
-            _destinations[key] = structlog.WriteLogger(stream)
+            fd = sys.stderr.fileno() if log == STDERR else os.open(key, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            _destinations[key] = LineWriter(fd)
         return _destinations[key]
 
 
-def configure_structlog(service: str, role: str, worker: str, writer: structlog.WriteLogger) -> None:
+def configure_structlog(service: str, role: str, worker: str, writer: LineWriter) -> None:
     """Send every structlog line of the process to `writer` in the trace-join schema."""
     structlog.configure(
         processors=processor_chain(service, role, worker),

@@ -155,7 +155,7 @@ async def _relay_until_client_leaves(upstream: httpx.Response, receive: Any, sen
 def _log_upstream_failure(served: ServedRequest | None, upstream_url: str, error: httpx.HTTPError) -> None:
     if served is None:  # a health probe, which the middleware leaves unrecorded
         return
-    served.log.error("proxy.upstream_failed", upstream=upstream_url, error=f"{type(error).__name__}: {error}")
+    served.error("proxy.upstream_failed", upstream=upstream_url, error=f"{type(error).__name__}: {error}")
 
 
 def _write_tap(served: ServedRequest | None, upstream_url: str, upstream: httpx.Response) -> None:
@@ -163,12 +163,11 @@ def _write_tap(served: ServedRequest | None, upstream_url: str, upstream: httpx.
         return
     # the raw bytes: clean_label reads UTF-8 where httpx would guess an encoding
     upstream_x_request_id = next((v for k, v in upstream.headers.raw if k.lower() == X_REQUEST_ID.encode()), None)
-    revealed = {
-        "reply_id": served.reply_id,
+    revealed = {  # the reply id is among the request's ids already
         "upstream_x_request_id": clean_label(upstream_x_request_id) if upstream_x_request_id else None,
         "upstream_internal_id": internal_id_in_reply_id(served.reply_id),
     }
-    served.log.info(
+    served.info(
         "proxy.tap",
         upstream=upstream_url,
         upstream_status=upstream.status_code,

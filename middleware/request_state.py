@@ -22,9 +22,12 @@ from .logs import RecordLog
 class ServedRequest:
     internal_id: str  # minted by the middleware, never taken from the client
     x_request_id: str | None  # the client's label, already cleaned
+    trace_id: str  # the request's server span, as 32 and 16 lowercase hex
+    span_id: str
+    parent_span_id: str | None  # the caller's span, when a traceparent came in
     worker: str
     span: Span
-    log: RecordLog  # the middleware's own logger (lifecycle and tap records)
+    log: RecordLog  # the middleware's own records of this process
     response_started: bool = False
     reply_id: str | None = None
     disagg_request_id: str | None = None
@@ -39,15 +42,30 @@ class ServedRequest:
         self.disagg_request_id = disagg_request_id
         self.span.set_attribute("tracejoin.disagg_request_id", disagg_request_id)
 
-    def ids_learned(self) -> dict[str, str]:
-        """The ids that became known while serving, as log fields (schema: "once known")."""
-        learned = {
+    def ids(self) -> dict[str, str]:
+        """The ids known so far, in the schema's order (docs/tracejoin-log-schema.md)."""
+        ids = {
+            "internal_id": self.internal_id,
+            "x_request_id": self.x_request_id,
+            "trace_id": self.trace_id,
+            "span_id": self.span_id,
+            "parent_span_id": self.parent_span_id,
             "reply_id": self.reply_id,
             "disagg_request_id": self.disagg_request_id,
             "engine_request_id": self.engine_request_id,
             "engine_worker": self.engine_worker,
         }
-        return {key: value for key, value in learned.items() if value is not None}
+        return {key: value for key, value in ids.items() if value is not None}
+
+    # The middleware's records of this request, carrying its ids.
+    def info(self, event: str, **fields: object) -> None:
+        self.log.write("info", event, self.ids(), fields)
+
+    def warning(self, event: str, **fields: object) -> None:
+        self.log.write("warning", event, self.ids(), fields)
+
+    def error(self, event: str, **fields: object) -> None:
+        self.log.write("error", event, self.ids(), fields)
 
 
 _served_request: ContextVar[ServedRequest | None] = ContextVar("tracejoin_served_request", default=None)
@@ -73,7 +91,7 @@ def bind_engine_request_id(engine_request_id: int | str, *, engine_worker: str |
         return
     if request.response_started:
         # The span and the log still get the id; the header cannot follow any more.
-        request.log.warning("request.engine_request_id_after_response_start", header=ENGINE_REQUEST_ID_HEADER)
+        request.warning("request.engine_request_id_after_response_start", header=ENGINE_REQUEST_ID_HEADER)
     request.engine_request_id = clean_label(str(engine_request_id))
     request.engine_worker = engine_worker or request.worker
     request.span.set_attribute("tracejoin.engine_request_id", request.engine_request_id)
