@@ -153,11 +153,11 @@ class Exchange:
 
         method, path = scope["method"], scope["path"]
         parent = incoming_trace_context(self.headers)
+        caller_span = trace.get_current_span(parent).get_span_context()
         self.span = self.outputs.spans.start(
-            f"{method} {path}", parent, attributes={"http.request.method": method, "url.path": path}
+            f"{method} {path}", parent, caller_span, attributes={"http.request.method": method, "url.path": path}
         )
         span_context = self.span.get_span_context()
-        caller_span = trace.get_current_span(parent).get_span_context()
         raw_x_request_id = self.headers.get(X_REQUEST_ID_NAME)
         x_request_id = clean_label(raw_x_request_id) if raw_x_request_id is not None else ""
         self.request = ServedRequest(

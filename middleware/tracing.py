@@ -27,7 +27,8 @@ TRACER_NAME = "tracejoin.middleware"
 # traceparent and tracestate, read and written exactly as W3C Trace Context says, whatever global
 # propagator the application configured.
 W3C = TraceContextTextMapPropagator()
-TRACE_CONTEXT_HEADERS = (b"traceparent", b"tracestate")
+TRACEPARENT = b"traceparent"
+TRACE_CONTEXT_HEADERS = (TRACEPARENT, b"tracestate")
 
 
 class ServerSpans:
@@ -52,18 +53,19 @@ class ServerSpans:
         # Without a processor no span leaves the process: recording one is work nobody sees.
         self.recorded = bool(processors)
 
-    def start(self, name: str, parent: Context, attributes: dict[str, Any]) -> Span:
+    def start(self, name: str, parent: Context, caller: SpanContext, attributes: dict[str, Any]) -> Span:
+        """The request's span, a child of `parent` (the context incoming_trace_context gave; `caller`
+        is its span's context, which the caller of this needs as well)."""
         if self.recorded:
             return self.tracer.start_span(name, context=parent, kind=SpanKind.SERVER, attributes=attributes)
-        return self._unrecorded(name, parent, attributes)
+        return self._unrecorded(name, parent, caller, attributes)
 
-    def _unrecorded(self, name: str, parent: Context, attributes: dict[str, Any]) -> Span:
+    def _unrecorded(self, name: str, parent: Context, caller: SpanContext, attributes: dict[str, Any]) -> Span:
         """The span context the SDK's Tracer.start_span gives a span (its ids from the tracer's id
         generator; sampled and trace state as its sampler decides; the W3C level 2 random flag as
         the SDK sets it), on a NonRecordingSpan: the trace propagates and the records carry its ids
         exactly as with a recorded span, without the SDK span's attributes, locks and ending. It
         follows opentelemetry-sdk 1.45's start_span; recheck it when upgrading the SDK."""
-        caller = trace.get_current_span(parent).get_span_context()
         ids = self.tracer.id_generator
         if caller.is_valid:
             trace_id, random_trace_id = caller.trace_id, caller.trace_flags.random_trace_id
@@ -89,5 +91,7 @@ def traces_url(endpoint: str) -> str:
 def incoming_trace_context(headers: Mapping[bytes, bytes]) -> Context:
     """The caller's trace from its traceparent/tracestate (`headers`: a request's, by lower-case
     name); an empty context (a new trace) without one."""
+    if TRACEPARENT not in headers:  # the usual case at an entry server: nothing to extract
+        return Context()
     carrier = {name.decode(): headers[name].decode("latin-1") for name in TRACE_CONTEXT_HEADERS if name in headers}
     return W3C.extract(carrier, context=Context())
