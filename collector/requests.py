@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 from .duckdb_engine import transaction
 from .graph import SERVING_ROLES
@@ -209,6 +209,9 @@ FROM summary s LEFT JOIN ids i USING (request_id) LEFT JOIN entry_reply e USING 
 
 MAX_ROUNDS = 50
 SUMMARY_SLICE_RECORDS = 50_000  # records whose requests are summarized at once
+# Builds of up to this many records (a small ingest, the first update of a large one) run on all of
+# DuckDB's threads; larger ones on one, within the memory budget (_one_thread).
+PARALLEL_BUILD_RECORDS = 300_000
 
 # What the build reads of each record: its place in the span tree, and what the summary shows (the
 # attributes it reads, not every record's whole JSON).
@@ -275,9 +278,11 @@ def _drop_temp(con, names) -> None:
 
 
 def _build(con) -> None:
-    """Requests of the records the build_* views show."""
+    """Requests of the records the build_* views show (called on one thread, see _one_thread)."""
     _drop_temp(con, _RESULTS)
-    _label_and_summarize(con)
+    records = con.execute("SELECT count(*) FROM build_records").fetchone()[0]
+    with _all_threads(con) if records <= PARALLEL_BUILD_RECORDS else nullcontext():
+        _label_and_summarize(con)
 
 
 @contextmanager
@@ -290,6 +295,17 @@ def _one_thread(con) -> Iterator[None]:
         yield
     finally:
         con.execute(f"SET threads = {int(threads)}")
+
+
+@contextmanager
+def _all_threads(con) -> Iterator[None]:
+    """Inside _one_thread: DuckDB's own number of threads again, for a build small enough to afford
+    the hash tables of each."""
+    con.execute("RESET threads")
+    try:
+        yield
+    finally:
+        con.execute("SET threads = 1")
 
 
 def _label_and_summarize(con) -> None:

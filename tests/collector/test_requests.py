@@ -116,7 +116,7 @@ def _mixed_sources(folder):
     return sorted(p for p in folder.rglob("*") if p.is_file())
 
 
-def test_requests_updated_as_records_arrive_are_those_of_one_build(tmp_path):
+def test_requests_updated_as_records_arrive_are_those_of_one_build(tmp_path, monkeypatch):
     # A long ingest updates the requests tables every so many records, building again only the
     # requests new records reach; whatever the order the files come in, and however often it
     # updates, the tables must end as one build of the whole store makes them.
@@ -125,6 +125,8 @@ def test_requests_updated_as_records_arrive_are_those_of_one_build(tmp_path):
     from tracejoin.collector.store import open_store
 
     files = _mixed_sources(tmp_path / "logs")
+    # small updates on all of DuckDB's threads, the whole build on one, as in a large store
+    monkeypatch.setattr(requests, "PARALLEL_BUILD_RECORDS", 20)
     tables = ("SELECT * FROM request_records ORDER BY record_id", "SELECT * FROM requests ORDER BY request_id")
     for name, order in (("in order", files), ("reversed", files[::-1])):
         with open_store(tmp_path / f"{name}.duckdb") as store:
