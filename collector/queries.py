@@ -1,4 +1,6 @@
-"""The read queries behind `lookup`, `requests`, `coverage` and `quarantine`, by name.
+"""The read queries behind `lookup`, `requests`, `coverage` and `quarantine`, by name, and `files`,
+how far the store has read each file (what `trace-join demo --dynamo` waits on before it stops the
+collector).
 
 Each takes a store and JSON parameters and returns JSON-ready data. The command runs it on the
 database itself when it can open it; while `trace-join collect` holds the database, the collector
@@ -35,11 +37,23 @@ def _quarantine(store: Store, p: dict) -> list[dict]:
     return [dict(zip(("path", "line", "offset", "reason", "excerpt"), row)) for row in cur.fetchall()]
 
 
+def _files(store: Store, p: dict) -> list[dict]:
+    """Each file read into the store, under the path it was last read from, and the byte offset up
+    to which its records are committed (`read_to`; of a .gz file, in its decompressed bytes). Of
+    several origins under one path (a file truncated and begun again), the one read last."""
+    cur = store.con.execute(
+        "SELECT path, arg_max(source, updated), arg_max(consumed, updated) FROM origins "
+        "WHERE head_len > 0 GROUP BY path ORDER BY path"  # receivers' origins have no file head
+    )
+    return [{"path": path, "source": source, "read_to": read_to} for path, source, read_to in cur.fetchall()]
+
+
 QUERIES: dict[str, Callable[[Store, dict], Any]] = {
     "lookup": _lookup,
     "requests": _requests,
     "coverage": _coverage,
     "quarantine": _quarantine,
+    "files": _files,
 }
 
 

@@ -3,8 +3,11 @@
 It starts what dynamo_stack.py describes (`trace-join collect`, Dynamo's frontend with a prefill
 and a decode worker exporting to it, `trace-join proxy` in front), prints what runs where, sends a
 small mix of requests through the proxy, and looks up one Responses reply and one chat reply
-through the running collector once their records have arrived. Then it stops everything and
-prints the next commands to try, with this run's ids; they read the store the collector left.
+through the running collector once their records have arrived (every worker's lines, spans and
+log records: a Responses reply is joined to Dynamo's records only through them, so before they
+arrive its lookup shows the proxy alone). Then it stops everything, the collector once it has read
+every file the others wrote (dynamo_stack.py), and prints the next commands to try, with this
+run's ids; they read the store the collector left.
 Dynamo is installed on first use (dynamo.py).
 """
 
@@ -20,13 +23,16 @@ import httpx
 
 from tracejoin.cli import render
 from tracejoin.collector import remote
+from tracejoin.collector.store import StoreError
 
 from .deployment import DeploymentError
 from .dynamo import DYNAMO_VERSION, MODEL_NAME, cache_dir, dynamo_installed
 from .dynamo_stack import DynamoStack
 from .traffic import TIMEOUT_S, Sent, chat, completion, response, send
 
-ARRIVE_WITHIN_S = 20  # Dynamo exports every 0.5 s and the collector looks at files every 0.5 s
+# Dynamo exports every 0.5 s and the collector looks at files every 0.5 s: a second or two, unless
+# the collector's commits wait (on a disk another process keeps busy, say).
+ARRIVE_WITHIN_S = 60
 # What a reply's lookup shows once everything has arrived: each Dynamo process's lines, spans and
 # OTLP log records, and the frontend's request-trace rows.
 COMPLETE = {("frontend", "dynamo_request_trace", "log")} | {
@@ -73,7 +79,7 @@ def run_dynamo_demo(db: Path, folder: str) -> None:
         looked_up = [_first_reply(sent, "/v1/responses"), _first_reply(sent, "/v1/chat/completions")]
         for reply in looked_up:
             print(f"\n$ trace-join lookup {reply}    # through the running collector\n")
-            render.lookup_text(_once_arrived(db, reply))
+            render.lookup_text(_once_arrived(db, reply, out))
     print(f"\nstopped the proxy, Dynamo and the collector; their records are in {db}, their logs in {out}")
     _print_next(db, out, sent, looked_up)
 
@@ -91,14 +97,23 @@ def _first_reply(sent: list[Sent], path: str) -> str:
     return reply
 
 
-def _once_arrived(db: Path, reply: str) -> dict:
-    """The lookup, once the request's records are COMPLETE (or ARRIVE_WITHIN_S has passed)."""
+def _once_arrived(db: Path, reply: str, out: Path) -> dict:
+    """The lookup, once the request's records are COMPLETE. Records that have not all arrived within
+    ARRIVE_WITHIN_S are a DeploymentError: a lookup printed before then would show the request
+    without the workers whose records are still on their way (a Responses reply only the proxy's)."""
     deadline = time.monotonic() + ARRIVE_WITHIN_S
     while True:
-        result = remote.query(db, "lookup", {"id": reply})
+        try:
+            result = remote.query(db, "lookup", {"id": reply})
+        except StoreError as e:
+            raise DeploymentError(f"{e}; see {out / 'collector.log'}") from None
         seen = {(r["role"], r["source"], r["kind"]) for request in result["requests"] for r in request["records"]}
-        if COMPLETE <= seen or time.monotonic() > deadline:
+        if COMPLETE <= seen:
             return result
+        if time.monotonic() > deadline:
+            missing = ", ".join(f"the {role}'s {source} {kind}s" for role, source, kind in sorted(COMPLETE - seen))
+            raise DeploymentError(f"the records of {reply} had not all reached the collector within "
+                                  f"{ARRIVE_WITHIN_S} s (still none of {missing}); see {out / 'collector.log'}")
         time.sleep(0.5)
 
 

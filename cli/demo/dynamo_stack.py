@@ -13,7 +13,11 @@ The collector watches logs/ and request-trace/.
 
 Starting: the collector first, on ephemeral ports (it prints the ones it took), so Dynamo can be
 told where to export; then Dynamo; then the proxy. Stopping, in reverse: the proxy, Dynamo (its
-exporters flush on the way out), and last the collector, which commits everything queued.
+exporters flush on the way out), and last the collector, which commits everything queued. A stop
+that ends the `with` block normally first waits until the collector has read to their end the
+files the others wrote (the collector stops without finishing them: a later `collect` would
+resume them, but the demo's store has no later run), so the store it leaves holds every record;
+a collector that does not get there within READ_WITHIN_S is a DeploymentError, after it stopped.
 """
 
 from __future__ import annotations
@@ -27,11 +31,15 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tracejoin.collector import remote
+from tracejoin.collector.store import StoreError
+
 from .deployment import DeploymentError, StartsAndStops
 from .dynamo import DynamoDeployment
 
 START_WITHIN_S = 30
 STOP_WITHIN_S = 30  # the collector's last commit and snapshot
+READ_WITHIN_S = 60  # the tailer looks every 0.5 s; a collector whose commits wait on a busy disk is slower
 _DROPPED_ENV_PREFIXES = ("TRACEJOIN_", "OTEL_")  # a user's token, log or exporter would change what runs
 
 
@@ -108,10 +116,55 @@ class DynamoStack(StartsAndStops):
                 raise DeploymentError(f"trace-join proxy did not start ({_last_line(output)}); see {output}")
             time.sleep(0.1)
 
-    def stop(self) -> None:
+    def __exit__(self, exc_type, *exc) -> None:
+        # After an error or Ctrl-C, stop at once; after a run, leave a store that holds everything.
+        self.stop(read_to_end=exc_type is None)
+
+    def stop(self, read_to_end: bool = False) -> None:
         _stop(self.proxy)
         self.dynamo.stop()
-        _stop(self.collector)  # SIGTERM: it commits everything queued and publishes a last snapshot
+        unread, why = {}, ""
+        try:
+            if read_to_end and self.proxy is not None:  # everything started, and nothing writes now
+                unread, why = self._wait_until_read()
+        finally:
+            _stop(self.collector)  # SIGTERM: it commits everything queued and publishes a last snapshot
+        if unread:
+            left = ", ".join(f"{path.relative_to(self.folder)} at byte {read_to} of {end}"
+                             for path, (read_to, end) in sorted(unread.items()))
+            raise DeploymentError(f"trace-join collect {why} ({left}); {self.db} lacks their last records; "
+                                  f"see {self.folder / 'collector.log'}")
+
+    def _wait_until_read(self) -> tuple[dict[Path, tuple[int, int]], str]:
+        """Wait until the collector has committed the records of every watched file up to its last
+        complete line. Returns what is still unread, and why, when the collector stopped first or
+        READ_WITHIN_S passed."""
+        deadline = time.monotonic() + READ_WITHIN_S
+        while unread := self._unread():
+            if self.collector.poll() is not None:
+                return unread, f"stopped (exit code {self.collector.returncode}) before it had read every file"
+            if time.monotonic() > deadline:
+                return unread, f"had not read every file to its end within {READ_WITHIN_S} s"
+            time.sleep(0.2)
+        return {}, ""
+
+    def _unread(self) -> dict[Path, tuple[int, int]]:
+        """{file: (committed up to, last complete line's end)} of the watched files not read to there."""
+        try:
+            read = {Path(f["path"]): f["read_to"] for f in remote.query(self.db, "files", {})}
+        except StoreError:  # not answering (yet, or any more): nothing is known to be read
+            read = {}
+        unread = {}
+        for path in self._watched_files():
+            end = _lines_end(path)
+            if read.get(path, 0) < end:
+                unread[path] = (read.get(path, 0), end)
+        return unread
+
+    def _watched_files(self) -> list[Path]:
+        """The files the collector reads in the watched folders (it leaves out hidden ones)."""
+        return [Path(root) / name for folder in self.watched for root, _, names in os.walk(folder)
+                for name in names if not name.startswith(".")]
 
 
 def _spawn(args: list[str], output: Path) -> subprocess.Popen:
@@ -139,6 +192,28 @@ def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def _lines_end(path: Path) -> int:
+    """Where the file's last complete line ends: the collector reads a last line without a newline
+    once it parses, and leaves a torn one (a process killed mid-write) for later, so only up to
+    here is it certain to read."""
+    with path.open("rb") as f:
+        end = f.seek(0, os.SEEK_END)
+        if end == 0:
+            return 0
+        f.seek(end - 1)
+        if f.read(1) == b"\n":
+            return end
+        position = end
+        while position > 0:
+            step = min(position, 1 << 16)
+            f.seek(position - step)
+            newline = f.read(step).rfind(b"\n")
+            if newline >= 0:
+                return position - step + newline + 1
+            position -= step
+        return 0
 
 
 def _last_line(path: Path) -> str:

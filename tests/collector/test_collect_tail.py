@@ -93,3 +93,28 @@ def test_tailing_resumes_after_kill_9_without_gaps_or_duplicates(collector, tmp_
     distinct = query(db, """SELECT count(*), count(DISTINCT attrs->>'n'), count(DISTINCT (origin_id, "offset"))
                             FROM records""")
     assert distinct == [(total, total, total)]
+
+
+def test_the_files_query_says_how_far_each_watched_file_is_read(collector, tmp_path, db):
+    """What `trace-join demo --dynamo` waits on before it stops the collector: through the running
+    collector, each file and the byte its committed records reach, which stays before a torn last
+    line until the line is complete."""
+    from tracejoin.collector import remote
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    app = logs / "app.log"
+    complete = b"".join(line(i) for i in range(5))
+    torn = line(5)
+    app.write_bytes(complete + torn[:20])
+    collector("--watch", logs)
+
+    def read_to() -> dict:
+        return {f["path"]: (f["source"], f["read_to"]) for f in remote.query(db, "files", {})}
+
+    wait_until(lambda: read_to() == {str(app): ("tracejoin_jsonl", len(complete))}, what="the complete lines")
+    time.sleep(1.5)  # three looks of the tailer: the torn line is still left for later
+    assert read_to() == {str(app): ("tracejoin_jsonl", len(complete))}
+    with open(app, "ab") as f:
+        f.write(torn[20:])
+    wait_until(lambda: read_to() == {str(app): ("tracejoin_jsonl", len(complete) + len(torn))}, what="the whole file")
