@@ -9,6 +9,7 @@ does need the package (it sets up the engine's Arrow sources): `with_arrow()` im
 open_store calls it for every writer.
 """
 
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -19,8 +20,15 @@ except ImportError:  # a DuckDB that does not split its engine out this way
 
 
 def with_arrow() -> None:
-    """Set up what registering Arrow tables on a connection needs."""
+    """Set up what registering Arrow tables on a connection needs, and Arrow's memory from the
+    system allocator unless ARROW_DEFAULT_MEMORY_POOL says otherwise: Arrow's default allocator
+    (mimalloc) keeps what each batch freed, which next to DuckDB's budget held a 5 GB ingest's peak
+    over 500 MB (516 MB; 494 MB with the system's, docs/performance.md benchmark 5)."""
     import duckdb as package  # noqa: F401  (its import registers the Arrow sources)
+    import pyarrow
+
+    if "ARROW_DEFAULT_MEMORY_POOL" not in os.environ:
+        pyarrow.set_memory_pool(pyarrow.system_memory_pool())
 
 
 @contextmanager

@@ -101,3 +101,21 @@ def test_a_full_queue_answers_retry_later(stalled_writer):
     assert refused.value.code() == grpc.StatusCode.UNAVAILABLE
     retry = error_details_pb2.RetryInfo.FromString(dict(refused.value.trailing_metadata())["google.rpc.retryinfo-bin"])
     assert retry.retry_delay.seconds == 1
+
+
+@pytest.mark.parametrize(("variable", "pool"), [(None, "system"), ("mimalloc", "mimalloc")])
+def test_writers_take_arrow_memory_from_the_system_allocator_unless_told_otherwise(tmp_path, variable, pool):
+    # Arrow's default allocator keeps what each batch freed: next to DuckDB's budget that held a
+    # 5 GB ingest over 500 MB resident (docs/performance.md, benchmark 5).
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "ARROW_DEFAULT_MEMORY_POOL"}
+    if variable:
+        env["ARROW_DEFAULT_MEMORY_POOL"] = variable
+    script = ("import sys, pyarrow; from tracejoin.collector.store import open_store; "
+              "open_store(sys.argv[1]).close(); print(pyarrow.default_memory_pool().backend_name)")
+    out = subprocess.run([sys.executable, "-c", script, str(tmp_path / "s.duckdb")],
+                         env=env, capture_output=True, text=True, check=True).stdout
+    assert out.strip() == pool
