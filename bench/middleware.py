@@ -9,6 +9,7 @@ import re
 import shutil
 import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from .common import BIN, REPO, TRACE_JOIN, Config, Row, Server, env_with, free_p
 from .profile import summarize
 
 TARGET_RATIO = 0.85
+CALLS = (500, 1500)  # app calls of the two counted runs
 BODY = b'{"model":"m","messages":[{"role":"user","content":"hi"}]}'
 WRK_SCRIPT = """wrk.method = "POST"
 wrk.body = '%s'
@@ -30,6 +32,21 @@ def _app_server(factory: str, cfg: Config, profile_to: Path | None = None) -> Se
            "--host", "127.0.0.1", "--port", str(port), "--no-access-log", "--log-level", "warning"]
     return Server(cmd, port, env=env_with(TRACEJOIN_LOG=str(cfg.data / f"{factory}.jsonl")),
                   log=cfg.data / f"{factory}.log", profile_to=profile_to)
+
+
+def _instructions_per_request(factory: str, cfg: Config) -> float:
+    """Instructions one call of the app takes (bench/asgi_calls.py), from Valgrind's callgrind: the
+    count of a run of 1,500 calls less that of 500, over 1,000, so that starting Python is not in it."""
+    counts = []
+    for calls in CALLS:
+        out = subprocess.run(
+            ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
+             sys.executable, "-m", "bench.asgi_calls", factory, str(calls)],
+            cwd=REPO, capture_output=True, text=True, check=True,
+            env=env_with(TRACEJOIN_LOG=str(cfg.data / f"{factory}-calls.jsonl"), PYTHONHASHSEED="0"),
+        )
+        counts.append(int(re.search(r"Collected : (\d+)", out.stderr).group(1)))
+    return (counts[1] - counts[0]) / (CALLS[1] - CALLS[0])
 
 
 def _wrk(port: int, script: Path, connections: int, seconds: float) -> tuple[float, float]:
@@ -106,6 +123,14 @@ def run(cfg: Config, seconds: float, ttfb_requests: int, notes: list[str]) -> li
             _wrk(server.port, script, 32, seconds)
         notes.append(summarize(raw))
     added_us = median(latency["traced"]) - median(latency["bare"])
+    counted = []
+    if shutil.which("valgrind") is None:
+        notes.append("3 middleware: instructions not counted, Valgrind is not installed (apt-get install -y valgrind)")
+    else:
+        bare_ir, traced_ir = (_instructions_per_request(name, cfg) for name in ("bare", "traced"))
+        counted.append(Row("3 middleware", "instructions a request, app called in-process (callgrind)", traced_ir,
+                           "instr", bare_ir, note=f"added: {traced_ir - bare_ir:,.0f}; the same count whatever "
+                                                   "else the machine runs"))
     how = f"wrk -t1 -c32, {seconds:g} s × {cfg.runs}, uvicorn 1 process; records to a JSONL file"
     return [
         Row("3 middleware", "requests/s with TraceJoinMiddleware", traced_rps, "req/s", bare_rps,
@@ -115,4 +140,5 @@ def run(cfg: Config, seconds: float, ttfb_requests: int, notes: list[str]) -> li
         Row("3 middleware", "proxy time to first byte (streamed POST)", median(ttfb["proxy"]), "µs",
             median(ttfb["direct"]), note=f"added: {median(ttfb['proxy']) - median(ttfb['direct']):.0f} µs; "
                                         f"{ttfb_requests} requests each, alternating"),
+        *counted,
     ]
