@@ -17,13 +17,12 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 
 from .duckdb_engine import transaction
 from .graph import SERVING_ROLES
 from .ids import KEY_KINDS, PARENT_SPAN, SCOPED_KINDS, SPAN
 from .store import Store
-
 
 
 def _sql_list(values) -> str:
@@ -210,7 +209,7 @@ FROM summary s LEFT JOIN ids i USING (request_id) LEFT JOIN entry_reply e USING 
 MAX_ROUNDS = 50
 SUMMARY_SLICE_RECORDS = 50_000  # records whose requests are summarized at once
 # Builds of up to this many records (a small ingest, the first update of a large one) run on all of
-# DuckDB's threads; larger ones on one, within the memory budget (_one_thread).
+# DuckDB's threads; larger ones on one, within the memory budget (_build).
 PARALLEL_BUILD_RECORDS = 300_000
 
 # What the build reads of each record: its place in the span tree, and what the summary shows (the
@@ -259,7 +258,7 @@ def build_requests(store: Store) -> None:
             CREATE TEMP VIEW request_summary AS SELECT * FROM main.requests;
         """)
         return
-    with _one_thread(con):
+    with _threads(con, 1):  # the copy of the records; _build decides for itself
         con.execute(WHOLE_STORE)
         _build(con)
 
@@ -278,34 +277,24 @@ def _drop_temp(con, names) -> None:
 
 
 def _build(con) -> None:
-    """Requests of the records the build_* views show (called on one thread, see _one_thread)."""
+    """Requests of the records the build_* views show: on all of DuckDB's threads when they are few
+    enough, else on one (each thread keeps hash tables of its own, and with two the label
+    propagation of a 1.3M-record update outgrew the 192 MB budget; one: 33 s, not 22 s)."""
     _drop_temp(con, _RESULTS)
     records = con.execute("SELECT count(*) FROM build_records").fetchone()[0]
-    with _all_threads(con) if records <= PARALLEL_BUILD_RECORDS else nullcontext():
+    with _threads(con, None if records <= PARALLEL_BUILD_RECORDS else 1):
         _label_and_summarize(con)
 
 
 @contextmanager
-def _one_thread(con) -> Iterator[None]:
-    """DuckDB on one thread for the build: each thread keeps hash tables of its own, and with two
-    the label propagation of a 1.3M-record update outgrew the 192 MB budget (one: 33 s, not 22 s)."""
-    threads = con.execute("SELECT current_setting('threads')").fetchone()[0]
-    con.execute("SET threads = 1")
+def _threads(con, count: int | None) -> Iterator[None]:
+    """DuckDB on `count` threads (None: its own number) until the block ends, then as before."""
+    before = con.execute("SELECT current_setting('threads')").fetchone()[0]
+    con.execute("RESET threads" if count is None else f"SET threads = {int(count)}")
     try:
         yield
     finally:
-        con.execute(f"SET threads = {int(threads)}")
-
-
-@contextmanager
-def _all_threads(con) -> Iterator[None]:
-    """Inside _one_thread: DuckDB's own number of threads again, for a build small enough to afford
-    the hash tables of each."""
-    con.execute("RESET threads")
-    try:
-        yield
-    finally:
-        con.execute("SET threads = 1")
+        con.execute(f"SET threads = {int(before)}")
 
 
 def _label_and_summarize(con) -> None:
@@ -356,7 +345,7 @@ def update_requests(store: Store) -> None:
     naming = _naming(con)
     if state is not None and state == (through, naming):
         return
-    with _one_thread(con):
+    with _threads(con, 1):  # the scope, and writing the tables; _build decides for itself
         if state is None:
             con.execute(WHOLE_STORE)
         else:
