@@ -317,19 +317,9 @@ class Store:
         con = self.con
         try:
             with transaction(con):
-                if records is not None and records.num_rows:
-                    con.register("batch_records", records)
-                    con.execute("INSERT INTO records BY NAME SELECT * FROM batch_records")
-                    con.unregister("batch_records")
-                if ids is not None and ids.num_rows:
-                    con.register("batch_ids", ids)
-                    con.execute("INSERT INTO record_ids BY NAME SELECT * FROM batch_ids")
-                    id_index.add(con, "batch_ids")
-                    con.unregister("batch_ids")
-                if quarantined is not None and quarantined.num_rows:
-                    con.register("batch_quarantine", quarantined)
-                    con.execute("INSERT INTO quarantine BY NAME SELECT * FROM batch_quarantine")
-                    con.unregister("batch_quarantine")
+                _insert(con, "records", records)
+                _insert(con, "record_ids", ids, then=id_index.add)
+                _insert(con, "quarantine", quarantined)
                 for sql, parameters in also:
                     con.execute(sql, parameters)
                 con.execute(
@@ -341,3 +331,18 @@ class Store:
             self._next_record_id = None  # the ids it took were not stored
             raise
         id_index.compact(con)
+
+
+def _insert(con, table: str, rows, then=None) -> None:
+    """Insert an Arrow table's rows into `table` by column name (nothing for None or no rows);
+    `then(con, name)` runs while the rows are registered under `name`."""
+    if rows is None or not rows.num_rows:
+        return
+    name = f"batch_{table}"
+    con.register(name, rows)
+    try:
+        con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM {name}")
+        if then is not None:
+            then(con, name)
+    finally:
+        con.unregister(name)
