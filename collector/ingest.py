@@ -163,7 +163,7 @@ class Ingester:
             except OSError as e:
                 result.errors.append(f"{path}: {e.strerror or e}")
         self._count_requests(result, first_new)
-        self.store.learn_worker_roles(first_new)
+        self.store.settle_workers(first_new)
         if self.requests_every is not None:  # also brings tables an older trace-join built up to date
             update_requests(self.store)
         return result
@@ -273,7 +273,7 @@ class Ingester:
         if self.requests_every is not None:
             next_record = self.store.allocate_record_ids(0)
             if next_record - self._requests_from >= self.requests_every:
-                self.store.learn_worker_roles(self._requests_from)
+                self.store.settle_workers(self._requests_from)
                 update_requests(self.store)
                 self._requests_from = next_record
 

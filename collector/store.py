@@ -18,7 +18,8 @@ from . import id_index
 from .duckdb_engine import duckdb, transaction, with_arrow
 
 # 2: ids indexed by sorted runs (id_index.py) instead of an ART index on record_ids.value
-SCHEMA_VERSION = 2
+# 3: workers settled per name as the store is written (worker_names), not by record_workers on every read
+SCHEMA_VERSION = 3
 DEFAULT_DB = "tracejoin.duckdb"
 
 SCHEMA = """
@@ -84,27 +85,27 @@ CREATE TABLE IF NOT EXISTS worker_aliases (
     worker VARCHAR NOT NULL
 );
 
--- Each record with its worker and role settled: the file's identity where the record names none,
--- under the process's main name; a role where the record's source knows none (a hook file) or only
--- `worker`: the one the entry server gave it (Dynamo), else the one its other files state. It carries
--- all of the record's columns, so a reader filtering by record_id scans `records` once.
+-- Every name a record's worker goes by (its own, or its origin's), settled against the rest of the
+-- store: the process's main name (worker_aliases), and the role for records that state none or only
+-- `worker`: the one the entry server gave it (Dynamo), else the one its other files state. Small (one
+-- row a name); Store.settle_workers brings it up to date after each round of writes, so a reader
+-- settles a record with one join instead of working it out from the naming tables every time.
+CREATE TABLE IF NOT EXISTS worker_names (
+    name   VARCHAR PRIMARY KEY,
+    worker VARCHAR NOT NULL,
+    role   VARCHAR                 -- NULL: none known beyond the record's own
+);
+
+-- Each record with its worker and role settled (worker_names). It carries all of the record's
+-- columns, so a reader filtering by record_id scans `records` once.
 CREATE OR REPLACE VIEW record_workers AS
-WITH named AS (
-    SELECT r.* REPLACE (coalesce(a.worker, r.worker, o.worker) AS worker, coalesce(r.role, o.role) AS role)
-    FROM records r
-    JOIN origins o USING (origin_id)
-    LEFT JOIN worker_aliases a ON a.alias = coalesce(r.worker, o.worker)
-), stated_roles AS (
-    SELECT coalesce(a.worker, o.worker) AS worker, min(o.role) AS role
-    FROM origins o LEFT JOIN worker_aliases a ON a.alias = o.worker
-    WHERE o.role IS NOT NULL AND o.role <> 'worker'
-    GROUP BY 1 HAVING count(DISTINCT o.role) = 1
-)
-SELECT n.* REPLACE (
-    CASE WHEN n.role IS NULL OR n.role = 'worker' THEN coalesce(wr.role, s.role, n.role) ELSE n.role END AS role)
-FROM named n
-LEFT JOIN worker_roles wr ON wr.instance_id = regexp_extract(n.worker, '[^:]+$')
-LEFT JOIN stated_roles s ON s.worker = n.worker;
+SELECT r.* REPLACE (
+    coalesce(n.worker, r.worker, o.worker) AS worker,
+    CASE WHEN coalesce(r.role, o.role) IS NULL OR coalesce(r.role, o.role) = 'worker'
+         THEN coalesce(n.role, r.role, o.role) ELSE coalesce(r.role, o.role) END AS role)
+FROM records r
+JOIN origins o USING (origin_id)
+LEFT JOIN worker_names n ON n.name = coalesce(r.worker, o.worker);
 
 -- Bodies the collector received over the network (an OTLP export, a /perf_metrics answer), one
 -- row each, stored in the same transaction as their records: a client retrying a body whose answer
@@ -126,6 +127,35 @@ CREATE TABLE IF NOT EXISTS quarantine (
     reason    VARCHAR NOT NULL,
     excerpt   VARCHAR
 );
+"""
+
+# worker_names brought up to date after records from $first on were stored: the names those records
+# and the origins give are added, then every name is settled again (new aliases, roles and origins'
+# roles can settle old names differently).
+NEW_WORKER_NAMES = """
+INSERT OR IGNORE INTO worker_names
+SELECT DISTINCT worker, worker, NULL FROM records WHERE record_id >= $first AND worker IS NOT NULL
+UNION SELECT worker, worker, NULL FROM origins WHERE worker IS NOT NULL
+"""
+SETTLE_WORKER_NAMES = """
+UPDATE worker_names SET worker = settled.worker, role = settled.role
+FROM (
+    WITH resolved AS (
+        SELECT n.name, coalesce(a.worker, n.name) AS worker
+        FROM worker_names n LEFT JOIN worker_aliases a ON a.alias = n.name
+    ), stated_roles AS (
+        SELECT coalesce(a.worker, o.worker) AS worker, min(o.role) AS role
+        FROM origins o LEFT JOIN worker_aliases a ON a.alias = o.worker
+        WHERE o.role IS NOT NULL AND o.role <> 'worker'
+        GROUP BY 1 HAVING count(DISTINCT o.role) = 1
+    )
+    SELECT r.name, r.worker, coalesce(wr.role, s.role) AS role
+    FROM resolved r
+    LEFT JOIN worker_roles wr ON wr.instance_id = regexp_extract(r.worker, '[^:]+$')
+    LEFT JOIN stated_roles s ON s.worker = r.worker
+) settled
+WHERE worker_names.name = settled.name
+  AND (worker_names.worker <> settled.worker OR worker_names.role IS DISTINCT FROM settled.role)
 """
 
 INDEXES = """
@@ -211,29 +241,34 @@ class Store:
             has_meta = False
         if has_meta:
             version = int(row[0]) if row else None
-            if version == 1 and not read_only:
-                self._upgrade_from_1()
-            elif version == 1:
-                raise StoreError(
-                    f"{self.path} was written by an older trace-join (schema 1): upgrade it once with "
-                    f"`trace-join ingest --db {self.path}` (no files needed), then read it"
-                )
-            elif version != SCHEMA_VERSION:
+            if version not in (1, 2, SCHEMA_VERSION):
                 raise StoreError(
                     f"{self.path} has schema version {version}, this trace-join uses {SCHEMA_VERSION}: "
                     f"ingest into a new database (--db NEW.duckdb) or use the trace-join release that wrote it"
                 )
-            if not read_only:  # tables added since the store was made (all statements are IF NOT EXISTS)
-                self.con.execute(SCHEMA)
-                self.con.execute(INDEXES)
-                id_index.create(self.con)
+            if read_only:
+                if version == 1:
+                    raise StoreError(
+                        f"{self.path} was written by an older trace-join (schema 1): upgrade it once with "
+                        f"`trace-join ingest --db {self.path}` (no files needed), then read it"
+                    )
+                # A schema 2 store reads as it is: its own record_workers view settles workers as it reads.
                 if not id_index.keys_current(self.con):
-                    id_index.rekey(self.con)
-            elif not id_index.keys_current(self.con):
-                raise StoreError(
-                    f"{self.path} was indexed by a DuckDB release that hashes differently from this one: "
-                    f"re-index it once with `trace-join ingest --db {self.path}` (no files needed), then read it"
-                )
+                    raise StoreError(
+                        f"{self.path} was indexed by a DuckDB release that hashes differently from this one: "
+                        f"re-index it once with `trace-join ingest --db {self.path}` (no files needed), then read it"
+                    )
+                return
+            # tables added since the store was made (all statements are IF NOT EXISTS)
+            self.con.execute(SCHEMA)
+            self.con.execute(INDEXES)
+            if version == 1:
+                self._upgrade_from_1()
+            id_index.create(self.con)
+            if version in (1, 2):
+                self._upgrade_from_2()
+            if not id_index.keys_current(self.con):
+                id_index.rekey(self.con)
             return
         tables = self.con.execute("SELECT count(*) FROM information_schema.tables").fetchone()[0]
         if tables:
@@ -253,9 +288,15 @@ class Store:
         self.con.execute("DROP INDEX IF EXISTS record_ids_value")
         id_index.create(self.con)
         id_index.index_existing(self.con)
-        self.con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION)])
+        self.con.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
         self.con.execute("COMMIT")
         id_index.compact(self.con)
+
+    def _upgrade_from_2(self) -> None:
+        """Settle the names of the workers stored so far (worker_names)."""
+        with transaction(self.con):
+            self._settle_worker_names(0)
+            self.con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION)])
 
     # -- origins -------------------------------------------------------------------------------
 
@@ -284,8 +325,10 @@ class Store:
 
     # -- writes --------------------------------------------------------------------------------
 
-    def learn_worker_roles(self, first_record_id: int) -> None:
-        """Record the roles that records from first_record_id on name for worker instances."""
+    def settle_workers(self, first_record_id: int) -> None:
+        """After storing records from first_record_id on (ingest after its files, the collector after
+        each round of writes): record the roles those records name for worker instances, and settle
+        every worker name again (worker_names)."""
         self.con.execute(
             """
             INSERT OR REPLACE INTO worker_roles
@@ -299,6 +342,11 @@ class Store:
             """,
             {"first": first_record_id},
         )
+        self._settle_worker_names(first_record_id)
+
+    def _settle_worker_names(self, first_record_id: int) -> None:
+        self.con.execute(NEW_WORKER_NAMES, {"first": first_record_id})
+        self.con.execute(SETTLE_WORKER_NAMES)
 
     def allocate_record_ids(self, n: int) -> int:
         """First of n consecutive record ids; one writer per database, so a counter suffices."""
@@ -346,3 +394,4 @@ def _insert(con, table: str, rows, then=None) -> None:
             then(con, name)
     finally:
         con.unregister(name)
+

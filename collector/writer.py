@@ -170,8 +170,9 @@ class Writer:
         if stored:
             self.commits += 1
             self.records_stored += stored
-            # As `ingest` does after its files: the roles the entry server names for workers.
-            self.store.learn_worker_roles(first_record_id)
+            # As `ingest` does after its files: the roles the entry server names for workers, and
+            # every worker name settled again.
+            self.store.settle_workers(first_record_id)
         self._prune_received()
 
     def _commit_bodies(self, group: list[_Work]) -> None:

@@ -96,7 +96,7 @@ def test_a_schema_1_store_is_upgraded_by_opening_it_for_writing(db):
     with open_store(db) as store:  # what `trace-join ingest --db DB` does
         pass
     with open_store(db, read_only=True) as store:
-        assert store.con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("2",)
+        assert store.con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("3",)
         assert store.con.execute("SELECT count(*) FROM duckdb_indexes() WHERE index_name = 'record_ids_value'"
                                  ).fetchone() == (0,)
         assert [kind for _, kind in carriers(store, internal_ids[150])] == ["internal_id"]
