@@ -129,6 +129,10 @@ CREATE TABLE IF NOT EXISTS quarantine (
 );
 """
 
+# A name for the store, kept by its copies (snapshot.py): a copy of this very store, from before,
+# is a copy of a prefix of it, since records are only ever added.
+STORE_ID = "INSERT OR IGNORE INTO meta VALUES ('store_id', CAST(uuid() AS VARCHAR))"
+
 # worker_names brought up to date after records from $first on were stored: the names those records
 # and the origins give are added, then every name is settled again (new aliases, roles and origins'
 # roles can settle old names differently).
@@ -262,6 +266,7 @@ class Store:
             # tables added since the store was made (all statements are IF NOT EXISTS)
             self.con.execute(SCHEMA)
             self.con.execute(INDEXES)
+            self.con.execute(STORE_ID)
             if version == 1:
                 self._upgrade_from_1()
             id_index.create(self.con)
@@ -280,6 +285,7 @@ class Store:
         self.con.execute(INDEXES)
         id_index.create(self.con)
         self.con.execute("INSERT INTO meta VALUES ('schema_version', ?)", [str(SCHEMA_VERSION)])
+        self.con.execute(STORE_ID)
         self.con.execute("COMMIT")
 
     def _upgrade_from_1(self) -> None:
