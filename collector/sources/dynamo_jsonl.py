@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import re
+from typing import NoReturn
 
 from ..ids import INTERNAL_ID, TRACE_ID, X_REQUEST_ID, DISAGG_REQUEST_ID, ENGINE_REQUEST_ID
 from ..records import Record
@@ -27,10 +28,17 @@ from .parsing import Unparseable, field, hex_id, iso_to_ns, load_object
 NAME = "dynamo_jsonl"
 
 # The fixed keys of a line and the trace-context keys, which become columns and ids.
-_LIFTED = {
+_LIFTED = frozenset({
     "time", "level", "target", "message", "trace_id", "span_id", "parent_id", "request_id",
     "x_dynamo_request_id", "x_request_id", "span_name",
-}
+})
+# The lifted keys whose values must be text, in the order a line's fields are read (the first bad
+# one is the reason a line is quarantined); target, time and level are required.
+_TEXT_FIELDS = (
+    "message", "target", "span_name", "time", "level", "trace_id", "span_id", "parent_id", "request_id",
+    "x_dynamo_request_id", "x_request_id",
+)
+_TEXT_OR_NONE = frozenset({str, type(None)})
 _UUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
 # Python workers print the id in text: "Decode Request ID: <uuid>", "Prefill Request ID: <uuid>".
 _TEXT_REQUEST_ID = re.compile(rf"Request ID:\s*({_UUID})")
@@ -77,27 +85,30 @@ class LineParser:
         return [record]
 
     def _json_line(self, obj: dict) -> Record:
-        message = field(obj, "message", (str,)) or ""
-        target = field(obj, "target", (str,), required=True)
-        span_name = field(obj, "span_name", (str,))
+        (message, target, span_name, time, level, trace_id, span_id, parent_id, request_id,
+         x_dynamo_request_id, x_request_id) = texts = tuple(map(obj.get, _TEXT_FIELDS))
+        # One look at the types instead of a `field` call per field (orjson makes exact `str`s).
+        if not (type(target) is type(time) is type(level) is str and _TEXT_OR_NONE.issuperset(map(type, texts))):
+            self._reject(obj)
+        message = message or ""
         self._learn_identity(obj, target, span_name)
         record = Record(
             kind="log",
             name=message if message else (span_name or target),
-            time_ns=iso_to_ns(field(obj, "time", (str,), required=True)),
-            level=field(obj, "level", (str,), required=True),
-            trace_id=hex_id(field(obj, "trace_id", (str,)), 32),
-            span_id=hex_id(field(obj, "span_id", (str,)), 16),
-            parent_span_id=hex_id(field(obj, "parent_id", (str,)), 16),
+            time_ns=iso_to_ns(time),
+            level=level,
+            trace_id=hex_id(trace_id, 32),
+            span_id=hex_id(span_id, 16),
+            parent_span_id=hex_id(parent_id, 16),
             # The frontend's first line about a request (workers log "request received" too).
             entry=target.startswith("dynamo_llm::http")
             and (message == "request received" or (message == "SPAN_FIRST_ENTRY" and span_name == "http-request")),
         )
         # Builds before PR #7834 call the internal id x_dynamo_request_id; mixed fleets emit both.
-        request_id = field(obj, "request_id", (str,)) or field(obj, "x_dynamo_request_id", (str,))
+        request_id = request_id or x_dynamo_request_id
         record.add_id(INTERNAL_ID, request_id)
-        record.add_id(INTERNAL_ID, field(obj, "x_dynamo_request_id", (str,)))
-        record.add_id(X_REQUEST_ID, field(obj, "x_request_id", (str,)))
+        record.add_id(INTERNAL_ID, x_dynamo_request_id)
+        record.add_id(X_REQUEST_ID, x_request_id)
         record.add_id(TRACE_ID, record.trace_id)
         self._ids_in_text(record, message)
         if request_id is None:
@@ -113,12 +124,28 @@ class LineParser:
         status = obj.get("status")
         if isinstance(status, (str, int)) and not isinstance(status, bool):
             record.status = str(status)
-        attrs = {k: v for k, v in obj.items() if k not in _LIFTED}
+        # The line's own dict becomes the attrs: deleting the few lifted keys is cheaper than copying
+        # the rest, and keeps the others in their order, target and span_name last.
+        attrs = obj
+        for key in _LIFTED.intersection(attrs):
+            del attrs[key]
         attrs["target"] = target
         if span_name:
             attrs["span_name"] = span_name
         record.attrs = attrs
         return record
+
+    def _reject(self, obj: dict) -> NoReturn:
+        """A line with a text field missing or of another type: the reason names the first such
+        field in `_TEXT_FIELDS` order, or an unreadable time where the time comes. As for a good
+        line, the file's identity is learned from the message, target and span name first."""
+        field(obj, "message", (str,))
+        target = field(obj, "target", (str,), required=True)
+        self._learn_identity(obj, target, field(obj, "span_name", (str,)))
+        iso_to_ns(field(obj, "time", (str,), required=True))
+        for key in _TEXT_FIELDS[4:]:  # level and the ids
+            field(obj, key, (str,), required=key == "level")
+        raise AssertionError(f"no field of {obj!r} is wrong")
 
     def _text_line(self, line: bytes) -> Record:
         try:
