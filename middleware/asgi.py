@@ -8,7 +8,7 @@ For each HTTP request it
    as a label: cleaned (clean_label), echoed on the response, never used as an id;
 2. warns once per deprecated id header (`x-dynamo-request-id`, `request-id`) it ignores;
 3. continues the caller's W3C trace and opens one SERVER span, current while the app runs;
-4. binds the ids into structlog's contextvars and writes `request.start`;
+4. puts the ids on the app's structlog lines and writes `request.start`;
 5. on `POST …/responses`, refuses with 409 a body `request_id` that another request in flight
    holds (the app keys its state on it), and frees it when that request ends or its client leaves;
 6. watches the reply go by: status, the reply id (JSON body `id`, or the first stream event that
@@ -36,7 +36,7 @@ from .ids import (
     DEPRECATED_ID_HEADERS, DISAGG_REQUEST_ID_HEADER, ENGINE_REQUEST_ID_HEADER, X_REQUEST_ID, ReplyIdScanner,
     clean_label, new_internal_id, parse_json,
 )
-from .logs import LineWriter, RecordLog, configure_structlog, destination
+from .logs import LineWriter, RecordLog, configure_structlog, destination, request_ids
 from .request_state import ServedRequest, start_serving, stop_serving
 from .settings import WORKER_ROLES, Settings, worker_identity
 from .tracing import TRACE_CONTEXT_HEADERS, ServerSpans, incoming_trace_context
@@ -107,6 +107,13 @@ class Outputs:
     worker: str
     spans: ServerSpans
     log: RecordLog
+    # The processors the middleware configured structlog with; None when the app configured it.
+    structlog_chain: list | None
+
+    def structlog_adds_request_ids(self) -> bool:
+        """Whether structlog runs the middleware's chain, which adds the ids to the app's lines
+        itself (logs.add_request_ids): not if the app configured structlog, even after us."""
+        return structlog.get_config()["processors"] is self.structlog_chain
 
     @classmethod
     def build(
@@ -117,13 +124,15 @@ class Outputs:
         log_writer: LineWriter,
     ) -> Outputs:
         worker = settings.worker or worker_identity(scope.get("server"))
+        structlog_chain = None
         if not structlog.is_configured():
             # So the application's own structlog lines land in the same file, carrying the ids.
-            configure_structlog(settings.service, settings.role, worker, log_writer)
+            structlog_chain = configure_structlog(settings.service, settings.role, worker, log_writer)
         return cls(
             worker=worker,
             spans=ServerSpans(settings, worker, span_processors),
             log=RecordLog(settings.service, settings.role, worker, log_writer),
+            structlog_chain=structlog_chain,
         )
 
 
@@ -152,8 +161,7 @@ class Exchange:
         self.held_responses_id: str | None = None
 
         method, path = scope["method"], scope["path"]
-        parent = incoming_trace_context(self.headers)
-        caller_span = trace.get_current_span(parent).get_span_context()
+        parent, caller_span = incoming_trace_context(self.headers)
         self.span = self.outputs.spans.start(
             f"{method} {path}", parent, caller_span, attributes={"http.request.method": method, "url.path": path}
         )
@@ -185,12 +193,18 @@ class Exchange:
     async def run(self) -> None:
         request = self.request
         attached = otel_context.attach(trace.set_span_in_context(self.span))
-        # What every line the app logs while serving the request carries. Bound and reset rather
-        # than bound_contextvars(), which reads the whole context to restore it.
-        settings = self.middleware.settings
-        bound = structlog.contextvars.bind_contextvars(
-            service=settings.service, role=settings.role, worker=request.worker, **request.ids()
-        )
+        # What every line the app logs while serving the request carries, set and reset.
+        if self.outputs.structlog_adds_request_ids():
+            # The middleware's chain adds the process identity and these: one context variable
+            # rather than one per key (the chain's line is the same).
+            bound = [request_ids.set(request.ids())]
+        else:
+            # For the app's chain, which merges structlog's contextvars. Bound and reset rather
+            # than bound_contextvars(), which reads the whole context to restore it.
+            settings = self.middleware.settings
+            bound = structlog.contextvars.bind_contextvars(
+                service=settings.service, role=settings.role, worker=request.worker, **request.ids()
+            ).values()
         serving = start_serving(request)
         try:
             request.info("request.start", method=self.scope["method"], route=self.scope["path"])
@@ -207,7 +221,7 @@ class Exchange:
                 self._end()
         finally:
             stop_serving(serving)
-            for token in bound.values():
+            for token in bound:
                 token.var.reset(token)
             otel_context.detach(attached)
 

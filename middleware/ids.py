@@ -52,10 +52,14 @@ def clean_label(raw: bytes | str) -> str:
     return "".join(kept)
 
 
+# A random hex digit with the top two bits made 10, as RFC 9562 sets a UUID's variant.
+_VARIANT_DIGIT = {digit: "89ab"[int(digit, 16) & 3] for digit in "0123456789abcdef"}
+
+
 def new_internal_id() -> str:
     """A random (version 4) UUID as text, as `str(uuid.uuid4())` writes it, in a third of its time."""
     digits = os.urandom(16).hex()
-    variant = "89ab"[int(digits[16], 16) & 3]  # RFC 9562: the variant's bits are 10
+    variant = _VARIANT_DIGIT[digits[16]]
     return f"{digits[:8]}-{digits[8:12]}-4{digits[13:16]}-{variant}{digits[17:20]}-{digits[20:]}"
 
 
@@ -110,6 +114,7 @@ class ReplyIdScanner:
         media_type = content_type.split(";", 1)[0].strip().lower()
         self.streaming = media_type == "text/event-stream"
         self._json = media_type == "application/json" or media_type.endswith("+json")
+        self._limit = self.SSE_LIMIT if self.streaming else self.JSON_LIMIT
         self._bytes_seen = 0
         self._event_tail = b""  # the stream after its last complete event
         self._json_chunks: list[bytes] = []
@@ -117,14 +122,13 @@ class ReplyIdScanner:
 
     @property
     def looking(self) -> bool:
-        limit = self.SSE_LIMIT if self.streaming else self.JSON_LIMIT
-        return (self.streaming or self._json) and self.reply_id is None and self._bytes_seen <= limit
+        return (self.streaming or self._json) and self.reply_id is None and self._bytes_seen <= self._limit
 
     def feed(self, chunk: bytes, *, last: bool) -> None:
         if not self.looking:
             return
         self._bytes_seen += len(chunk)
-        if not self.looking:  # past the limit: give up, and let go of what was kept
+        if self._bytes_seen > self._limit:  # past the limit: give up, and let go of what was kept
             self._event_tail, self._json_chunks = b"", []
         elif self.streaming:
             self._scan_events(chunk, last=last)

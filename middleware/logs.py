@@ -2,7 +2,7 @@
 
 The processor chain is composed in one place, `processor_chain`; each processor does one job. When
 the application has not configured structlog, the middleware configures structlog with that chain,
-so that what the application logs lands in the same file carrying the ids the middleware bound.
+so that what the application logs lands in the same file carrying the request's ids.
 The middleware's own lifecycle records (`RecordLog`) come out as that chain writes them, but are put
 together directly and rendered with orjson: they are written on every request, and through the
 chain they cost more than a small app's whole request (docs/performance.md, benchmark 3).
@@ -15,6 +15,7 @@ import socket
 import sys
 import threading
 import time
+from contextvars import ContextVar
 from typing import Any
 
 import orjson
@@ -27,14 +28,29 @@ SCHEMA = "tracejoin.log.v1"
 # Written first on every line, in the schema's order: what and who, then the ids, then the rest.
 # A line's schema, ts, level and event are its own; the others come from its fields, the bound
 # contextvars or the process identity.
-WHO_AND_IDS = (
-    "service", "role", "worker", "process",
+REQUEST_IDS = (
     "internal_id", "x_request_id", "trace_id", "span_id", "parent_span_id",
     "reply_id", "disagg_request_id", "engine_request_id", "engine_worker",
 )
+WHO_AND_IDS = ("service", "role", "worker", "process", *REQUEST_IDS)
 LEADING_FIELDS = ("schema", "ts", "level", "event", *WHO_AND_IDS)
 
 EventDict = dict[str, Any]
+
+
+# The ids of the request being served in this context, set by the middleware instead of binding them
+# into structlog's contextvars when structlog runs processor_chain: one context variable to set and
+# reset per request rather than one per key.
+request_ids: ContextVar[dict[str, str] | None] = ContextVar("tracejoin_request_ids", default=None)
+
+
+def add_request_ids(logger: Any, method_name: str, event_dict: EventDict) -> EventDict:
+    """What merge_contextvars would add had the ids been bound: each id the line does not have yet."""
+    ids = request_ids.get()
+    if ids is not None:
+        for key, value in ids.items():
+            event_dict.setdefault(key, value)
+    return event_dict
 
 
 def add_schema(logger: Any, method_name: str, event_dict: EventDict) -> EventDict:
@@ -88,8 +104,11 @@ render_json = structlog.processors.JSONRenderer(separators=(",", ":"))
 
 def processor_chain(service: str, role: str, worker: str) -> list:
     return [
-        # the ids the middleware bound for the request being served, if any
+        # what the app bound (and the ids bind_engine_request_id and bind_disagg_request_id bound)
         structlog.contextvars.merge_contextvars,
+        # the ids of the request being served, if any; after merge_contextvars, so that what the
+        # app bound wins as it does over ids bound before it
+        add_request_ids,
         structlog.processors.add_log_level,  # "warn" is written "warning", "exception" "error"
         AddProcessIdentity(service, role, worker),
         add_timestamp,
@@ -172,10 +191,8 @@ def destination(log: str) -> LineWriter:
         return _destinations[key]
 
 
-def configure_structlog(service: str, role: str, worker: str, writer: LineWriter) -> None:
-    """Send every structlog line of the process to `writer` in the trace-join schema."""
-    structlog.configure(
-        processors=processor_chain(service, role, worker),
-        logger_factory=lambda *args: writer,
-        cache_logger_on_first_use=False,
-    )
+def configure_structlog(service: str, role: str, worker: str, writer: LineWriter) -> list:
+    """Send every structlog line of the process to `writer` in the trace-join schema; returns the chain."""
+    processors = processor_chain(service, role, worker)
+    structlog.configure(processors=processors, logger_factory=lambda *args: writer, cache_logger_on_first_use=False)
+    return processors

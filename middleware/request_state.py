@@ -9,17 +9,20 @@ Outside a request the middleware serves they do nothing.
 from __future__ import annotations
 
 from contextvars import ContextVar, Token
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import structlog
 from opentelemetry.trace import Span
 
 from .ids import ENGINE_REQUEST_ID_HEADER, clean_label
-from .logs import RecordLog
+from .logs import REQUEST_IDS, RecordLog
 
 
 @dataclass
 class ServedRequest:
+    """A request being served. The ids learnt while serving it are set through the set_* methods,
+    which keep ids() current."""
+
     internal_id: str  # minted by the middleware, never taken from the client
     x_request_id: str | None  # the client's label, already cleaned
     trace_id: str  # the request's server span, as 32 and 16 lowercase hex
@@ -33,29 +36,31 @@ class ServedRequest:
     disagg_request_id: str | None = None
     engine_request_id: str | None = None
     engine_worker: str | None = None
+    # ids() as last made; None once an id changed. Every record reads them.
+    _ids: dict[str, str] | None = field(default=None, init=False, repr=False, compare=False)
 
     def set_reply_id(self, reply_id: str) -> None:
         self.reply_id = reply_id
+        self._ids = None
         self.span.set_attribute("gen_ai.response.id", reply_id)
 
     def set_disagg_request_id(self, disagg_request_id: str) -> None:
         self.disagg_request_id = disagg_request_id
+        self._ids = None
         self.span.set_attribute("tracejoin.disagg_request_id", disagg_request_id)
 
+    def set_engine_request_id(self, engine_request_id: str, engine_worker: str) -> None:
+        self.engine_request_id, self.engine_worker = engine_request_id, engine_worker
+        self._ids = None
+        self.span.set_attribute("tracejoin.engine_request_id", engine_request_id)
+        self.span.set_attribute("tracejoin.engine_worker", engine_worker)
+
     def ids(self) -> dict[str, str]:
-        """The ids known so far, in the schema's order (docs/tracejoin-log-schema.md)."""
-        ids = {
-            "internal_id": self.internal_id,
-            "x_request_id": self.x_request_id,
-            "trace_id": self.trace_id,
-            "span_id": self.span_id,
-            "parent_span_id": self.parent_span_id,
-            "reply_id": self.reply_id,
-            "disagg_request_id": self.disagg_request_id,
-            "engine_request_id": self.engine_request_id,
-            "engine_worker": self.engine_worker,
-        }
-        return {key: value for key, value in ids.items() if value is not None}
+        """The ids known so far, in the schema's order (docs/tracejoin-log-schema.md): the same dict
+        until one changes, not to be modified."""
+        if self._ids is None:
+            self._ids = {key: value for key in REQUEST_IDS if (value := getattr(self, key)) is not None}
+        return self._ids
 
     # The middleware's records of this request, carrying its ids.
     def info(self, event: str, **fields: object) -> None:
@@ -92,10 +97,7 @@ def bind_engine_request_id(engine_request_id: int | str, *, engine_worker: str |
     if request.response_started:
         # The span and the log still get the id; the header cannot follow any more.
         request.warning("request.engine_request_id_after_response_start", header=ENGINE_REQUEST_ID_HEADER)
-    request.engine_request_id = clean_label(str(engine_request_id))
-    request.engine_worker = engine_worker or request.worker
-    request.span.set_attribute("tracejoin.engine_request_id", request.engine_request_id)
-    request.span.set_attribute("tracejoin.engine_worker", request.engine_worker)
+    request.set_engine_request_id(clean_label(str(engine_request_id)), engine_worker or request.worker)
     structlog.contextvars.bind_contextvars(
         engine_request_id=request.engine_request_id, engine_worker=request.engine_worker
     )

@@ -17,7 +17,7 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, Tracer, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
-from opentelemetry.trace import NonRecordingSpan, Span, SpanContext, SpanKind, TraceFlags
+from opentelemetry.trace import INVALID_SPAN_CONTEXT, NonRecordingSpan, Span, SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from .settings import Settings
@@ -54,8 +54,7 @@ class ServerSpans:
         self.recorded = bool(processors)
 
     def start(self, name: str, parent: Context, caller: SpanContext, attributes: dict[str, Any]) -> Span:
-        """The request's span, a child of `parent` (the context incoming_trace_context gave; `caller`
-        is its span's context, which the caller of this needs as well)."""
+        """The request's span, a child of `parent` (incoming_trace_context gave it and `caller`)."""
         if self.recorded:
             return self.tracer.start_span(name, context=parent, kind=SpanKind.SERVER, attributes=attributes)
         return self._unrecorded(name, parent, caller, attributes)
@@ -88,10 +87,11 @@ def traces_url(endpoint: str) -> str:
     return endpoint if endpoint.endswith("/v1/traces") else f"{endpoint}/v1/traces"
 
 
-def incoming_trace_context(headers: Mapping[bytes, bytes]) -> Context:
+def incoming_trace_context(headers: Mapping[bytes, bytes]) -> tuple[Context, SpanContext]:
     """The caller's trace from its traceparent/tracestate (`headers`: a request's, by lower-case
-    name); an empty context (a new trace) without one."""
+    name), and the caller's span context in it; an empty context (a new trace) without one."""
     if TRACEPARENT not in headers:  # the usual case at an entry server: nothing to extract
-        return Context()
+        return Context(), INVALID_SPAN_CONTEXT
     carrier = {name.decode(): headers[name].decode("latin-1") for name in TRACE_CONTEXT_HEADERS if name in headers}
-    return W3C.extract(carrier, context=Context())
+    parent = W3C.extract(carrier, context=Context())
+    return parent, trace.get_current_span(parent).get_span_context()
