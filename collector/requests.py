@@ -382,40 +382,28 @@ def _stored_state(con) -> tuple[int, dict] | None:
 
 
 def _naming(con) -> dict:
-    """What names a record's worker and role besides the record (the view record_workers): each
-    origin's worker and role, the aliases, the roles the entry servers state."""
+    """What settles a record's worker and role besides the record (the view record_workers): each
+    origin's worker and role, and each worker name as worker_names settles it."""
     return {
         "origins": {str(o): [w, r] for o, w, r in con.execute("SELECT origin_id, worker, role FROM origins").fetchall()},
-        "aliases": dict(con.execute("SELECT alias, worker FROM worker_aliases").fetchall()),
-        "roles": dict(con.execute("SELECT instance_id, role FROM worker_roles").fetchall()),
+        "names": {n: [w, r] for n, w, r in con.execute("SELECT name, worker, role FROM worker_names").fetchall()},
     }
 
 
 def _renamed_records(con, through: int, before: dict, now: dict) -> str:
-    """SQL for the records up to `through` whose worker or role the naming changes may have changed:
-    those of a changed origin, or named (before or after aliasing, or by instance id) by a changed
-    alias, stated role, or origin's worker. New workers rename nothing stored before them."""
-    changed = {o: named for o, named in now["origins"].items() if before["origins"].get(o) != named}
-    origins = [int(o) for o in changed if o in before["origins"]]  # a new origin's records are all new
-    names: set[str] = set()
-    for o, (worker, _) in changed.items():  # another origin's stated role may cancel a worker's
-        names |= {worker, (before["origins"].get(o) or [None])[0]}
-    for alias, worker in now["aliases"].items():
-        if before["aliases"].get(alias) != worker:
-            names |= {alias, worker, before["aliases"].get(alias)}
-    names |= {i for i, role in now["roles"].items() if before["roles"].get(i) != role}
-    names.discard(None)
+    """SQL for the records up to `through` whose worker or role a naming change may have changed:
+    those of an origin that changed, and those going by a name settled otherwise now (or not known
+    to the state before: tables an older trace-join built). A new origin's records are all new."""
+    origins = [int(o) for o, named in now["origins"].items() if before["origins"].get(o, named) != named]
+    names = sorted(n for n, settled in now["names"].items() if before.get("names", {}).get(n) != settled)
     if not origins and not names:
         return "SELECT NULL::BIGINT AS record_id WHERE false"
-    con.execute("CREATE OR REPLACE TEMP TABLE renamed_names AS SELECT unnest(?::VARCHAR[]) AS name", [sorted(names)])
+    con.execute("CREATE OR REPLACE TEMP TABLE renamed_names AS SELECT unnest(?::VARCHAR[]) AS name", [names])
     listed = ",".join(map(str, origins)) or "NULL"
     return f"""
         SELECT r.record_id FROM records r JOIN origins o USING (origin_id)
-        LEFT JOIN worker_aliases a ON a.alias = coalesce(r.worker, o.worker)
         WHERE r.record_id <= {through} AND (r.origin_id IN ({listed})
-            OR coalesce(r.worker, o.worker) IN (SELECT name FROM renamed_names)
-            OR a.worker IN (SELECT name FROM renamed_names)
-            OR regexp_extract(coalesce(a.worker, r.worker, o.worker), '[^:]+$') IN (SELECT name FROM renamed_names))"""
+            OR coalesce(r.worker, o.worker) IN (SELECT name FROM renamed_names))"""
 
 
 def _scope(con, through: int, renamed: str) -> None:

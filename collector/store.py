@@ -251,12 +251,11 @@ class Store:
                     f"ingest into a new database (--db NEW.duckdb) or use the trace-join release that wrote it"
                 )
             if read_only:
-                if version == 1:
+                if version != SCHEMA_VERSION:
                     raise StoreError(
-                        f"{self.path} was written by an older trace-join (schema 1): upgrade it once with "
-                        f"`trace-join ingest --db {self.path}` (no files needed), then read it"
+                        f"{self.path} was written by an older trace-join (schema {version}): upgrade it once "
+                        f"with `trace-join ingest --db {self.path}` (no files needed), then read it"
                     )
-                # A schema 2 store reads as it is: its own record_workers view settles workers as it reads.
                 if not id_index.keys_current(self.con):
                     raise StoreError(
                         f"{self.path} was indexed by a DuckDB release that hashes differently from this one: "

@@ -3,8 +3,11 @@ record_workers, against schema 2's view, which settled them from the naming tabl
 
 from __future__ import annotations
 
+import pytest
+
+from tracejoin.collector.duckdb_engine import duckdb
 from tracejoin.collector.ingest import Ingester
-from tracejoin.collector.store import open_store
+from tracejoin.collector.store import StoreError, open_store
 
 from .test_requests import _mixed_sources
 from .test_trtllm_joins import WALL_START_NS, llm_request_span_line
@@ -66,7 +69,7 @@ def test_names_settled_as_written_agree_with_settling_every_read(tmp_path):
             assert not any(w in ("gpu-2:4242", "gpu-3:777") for _, w, _ in rows), name
 
 
-def test_a_schema_2_store_reads_as_it_is_and_is_upgraded_when_written(tmp_path):
+def test_a_schema_2_store_is_upgraded_when_written_and_refused_until_then(tmp_path):
     db = tmp_path / "store.duckdb"
     with open_store(db) as store:
         Ingester(store).ingest_paths([str(p) for p in sources(tmp_path / "logs")])
@@ -76,8 +79,10 @@ def test_a_schema_2_store_reads_as_it_is_and_is_upgraded_when_written(tmp_path):
         store.con.execute("DROP TABLE worker_names")
         store.con.execute(SCHEMA_2_RECORD_WORKERS.format(temp="", name="record_workers"))
         store.con.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
-    with open_store(db, read_only=True) as store:
-        assert settled(store.con) == expected
+    with duckdb.connect(str(db), read_only=True) as con:  # schema 2's own view settles as the new one
+        assert settled(con) == expected
+    with pytest.raises(StoreError, match=r"older trace-join \(schema 2\).*trace-join ingest --db"):
+        open_store(db, read_only=True)
     with open_store(db) as store:  # what `trace-join ingest --db DB` or a collector does first
         pass
     with open_store(db, read_only=True) as store:
