@@ -17,6 +17,7 @@ from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExport
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor, Tracer, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased, Sampler
 from opentelemetry.trace import INVALID_SPAN_CONTEXT, NonRecordingSpan, Span, SpanContext, SpanKind, TraceFlags
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
@@ -52,6 +53,7 @@ class ServerSpans:
         self.tracer: Tracer = provider.get_tracer(TRACER_NAME)
         # Without a processor no span leaves the process: recording one is work nobody sees.
         self.recorded = bool(processors)
+        self.follows_caller = follows_caller(self.tracer.sampler)
 
     def start(self, name: str, parent: Context, caller: SpanContext, attributes: dict[str, Any]) -> Span:
         """The request's span, a child of `parent` (incoming_trace_context gave it and `caller`)."""
@@ -70,15 +72,29 @@ class ServerSpans:
             trace_id, random_trace_id = caller.trace_id, caller.trace_flags.random_trace_id
         else:
             trace_id, random_trace_id = ids.generate_trace_id(), ids.is_trace_id_random()
-        sampling = self.tracer.sampler.should_sample(parent, trace_id, name, SpanKind.SERVER, attributes, ())
-        flags = TraceFlags.SAMPLED if sampling.decision.is_sampled() else TraceFlags.DEFAULT
+        if self.follows_caller:  # what the sampler would decide, without asking it on every request
+            sampled = caller.trace_flags.sampled if caller.is_valid else True
+            trace_state = caller.trace_state if caller.is_valid else None
+        else:
+            sampling = self.tracer.sampler.should_sample(parent, trace_id, name, SpanKind.SERVER, attributes, ())
+            sampled, trace_state = sampling.decision.is_sampled(), sampling.trace_state
+        flags = TraceFlags.SAMPLED if sampled else TraceFlags.DEFAULT
         if random_trace_id:
             flags |= TraceFlags.RANDOM_TRACE_ID
         context = SpanContext(
-            trace_id, ids.generate_span_id(), is_remote=False, trace_flags=TraceFlags(flags),
-            trace_state=sampling.trace_state,
+            trace_id, ids.generate_span_id(), is_remote=False, trace_flags=TraceFlags(flags), trace_state=trace_state
         )
         return NonRecordingSpan(context)
+
+
+# The SDK's default sampler, unless OTEL_TRACES_SAMPLER names another.
+_PARENT_BASED_ALWAYS_ON = ParentBased(ALWAYS_ON).get_description()
+
+
+def follows_caller(sampler: Sampler) -> bool:
+    """Whether `sampler` is ParentBased(ALWAYS_ON), which samples every new trace and otherwise takes
+    the caller's sampled flag and trace state: a decision that needs no sampler call."""
+    return type(sampler) is ParentBased and sampler.get_description() == _PARENT_BASED_ALWAYS_ON
 
 
 def traces_url(endpoint: str) -> str:
