@@ -161,16 +161,19 @@ class Exchange:
         self.held_responses_id: str | None = None
 
         method, path = scope["method"], scope["path"]
-        parent, caller_span = incoming_trace_context(self.headers)
-        self.span = self.outputs.spans.start(
-            f"{method} {path}", parent, caller_span, attributes={"http.request.method": method, "url.path": path}
-        )
-        span_context = self.span.get_span_context()
+        internal_id = new_internal_id()
         raw_x_request_id = self.headers.get(X_REQUEST_ID_NAME)
-        x_request_id = clean_label(raw_x_request_id) if raw_x_request_id is not None else ""
+        # a header that cleans to nothing is no label
+        x_request_id = (clean_label(raw_x_request_id) if raw_x_request_id is not None else "") or None
+        attributes = {"http.request.method": method, "url.path": path, "tracejoin.internal_id": internal_id}
+        if x_request_id is not None:
+            attributes["http.request.header.x-request-id"] = [x_request_id]  # semconv: a string array
+        parent, caller_span = incoming_trace_context(self.headers)
+        self.span = self.outputs.spans.start(f"{method} {path}", parent, caller_span, attributes)
+        span_context = self.span.get_span_context()
         self.request = ServedRequest(
-            internal_id=new_internal_id(),
-            x_request_id=x_request_id or None,  # a header that cleans to nothing is no label
+            internal_id=internal_id,
+            x_request_id=x_request_id,
             trace_id=trace.format_trace_id(span_context.trace_id),
             span_id=trace.format_span_id(span_context.span_id),
             parent_span_id=trace.format_span_id(caller_span.span_id) if caller_span.is_valid else None,
@@ -178,10 +181,6 @@ class Exchange:
             span=self.span,
             log=self.outputs.log,
         )
-        self.span.set_attribute("tracejoin.internal_id", self.request.internal_id)
-        if self.request.x_request_id is not None:
-            # semconv: captured request headers are string arrays
-            self.span.set_attribute("http.request.header.x-request-id", [self.request.x_request_id])
         forwarded_disagg_id = self.headers.get(DISAGG_REQUEST_ID_NAME)
         if self.middleware.settings.role in WORKER_ROLES and forwarded_disagg_id:
             # A worker believes the disagg id its router forwards; an entry server takes no key
