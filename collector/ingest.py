@@ -259,17 +259,18 @@ class Ingester:
         self.progress(consumed - origin.consumed)
         origin.consumed, origin.lines = consumed, line_no
         origin.worker, origin.role = parser.worker, parser.role
-        n = batch.record_count
+        n, quarantine_count = batch.record_count, batch.quarantine_count
         records, ids, quarantined = batch.tables(self.store.allocate_record_ids(n))
+        # The batch's records as Python objects go before DuckDB's write, whose peak they would add to.
+        batch.clear()
         aliases = [("INSERT OR REPLACE INTO worker_aliases VALUES (?, ?)", [alias, worker])
                    for alias, worker in getattr(parser, "aliases", {}).items()]
         self.store.write_batch(origin, records, ids, quarantined, also=aliases)
         summary.records += n
-        summary.quarantined += batch.quarantine_count
-        for i in range(min(batch.quarantine_count, 5 - len(result.quarantine_samples))):
+        summary.quarantined += quarantine_count
+        for i in range(min(quarantine_count, 5 - len(result.quarantine_samples))):
             q = quarantined.slice(i, 1).to_pylist()[0]
             result.quarantine_samples.append(f"{q['path']}:{q['line_no']} (byte {q['offset']}): {q['reason']}")
-        batch.clear()
         if self.requests_every is not None:
             next_record = self.store.allocate_record_ids(0)
             if next_record - self._requests_from >= self.requests_every:
