@@ -260,12 +260,9 @@ class Ingester:
         origin.consumed, origin.lines = consumed, line_no
         origin.worker, origin.role = parser.worker, parser.role
         n, quarantine_count = batch.record_count, batch.quarantine_count
-        records, ids, quarantined = batch.tables(self.store.allocate_record_ids(n))
-        # The batch's records as Python objects go before DuckDB's write, whose peak they would add to.
-        batch.clear()
         aliases = [("INSERT OR REPLACE INTO worker_aliases VALUES (?, ?)", [alias, worker])
                    for alias, worker in getattr(parser, "aliases", {}).items()]
-        self.store.write_batch(origin, records, ids, quarantined, also=aliases)
+        quarantined = self.store.write_batch(origin, batch, also=aliases)
         summary.records += n
         summary.quarantined += quarantine_count
         for i in range(min(quarantine_count, 5 - len(result.quarantine_samples))):

@@ -91,8 +91,7 @@ class Scraper:
                 continue
             for seq, record in enumerate(records):
                 batch.add(record, number, seq)
-        records, ids, quarantined = batch.tables(store.allocate_record_ids(batch.record_count))
-        store.write_batch(origin, records, ids, quarantined, also=[(
+        store.write_batch(origin, batch, also=[(
             'UPDATE received SET body = NULL WHERE origin_id = ? AND "offset" <= ?', [origin.origin_id, rows[-1][0]]
         )])
 

@@ -13,9 +13,15 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import id_index
 from .duckdb_engine import duckdb, transaction, with_arrow
+
+if TYPE_CHECKING:  # read commands never import Arrow
+    import pyarrow as pa
+
+    from .records import BatchBuilder
 
 # 2: ids indexed by sorted runs (id_index.py) instead of an ART index on record_ids.value
 # 3: workers settled per name as the store is written (worker_names), not by record_workers on every read
@@ -363,10 +369,16 @@ class Store:
         self._next_record_id += n
         return first
 
-    def write_batch(self, origin: Origin, records, ids, quarantined,
-                    also: Sequence[tuple[str, list | dict]] = ()) -> None:
-        """Store one batch (Arrow tables) and the origin position it reaches, atomically; `also`:
-        more (sql, parameters) statements that must commit or fail with it."""
+    def write_batch(self, origin: Origin, batch: BatchBuilder,
+                    also: Sequence[tuple[str, list | dict]] = ()) -> pa.Table:
+        """Store one batch and the origin position it reaches, atomically, and empty the batch;
+        `also`: more (sql, parameters) statements that must commit or fail with it. Returns the
+        batch's quarantined lines.
+
+        The batch's records are let go as soon as they are Arrow tables, and those tables before
+        the id index is compacted: each would add to the peak of the DuckDB work that follows."""
+        records, ids, quarantined = batch.tables(self.allocate_record_ids(batch.record_count))
+        batch.clear()
         con = self.con
         try:
             with transaction(con):
@@ -383,7 +395,9 @@ class Store:
         except BaseException:
             self._next_record_id = None  # the ids it took were not stored
             raise
+        del records, ids
         id_index.compact(con)
+        return quarantined
 
 
 def _insert(con, table: str, rows, then=None) -> None:

@@ -199,8 +199,7 @@ class Writer:
             before = origin.consumed
             origin.consumed = number
             try:
-                records, ids, quarantined = batch.tables(self.store.allocate_record_ids(batch.record_count))
-                self.store.write_batch(origin, records, ids, quarantined, also=[(_INSERT_RECEIVED, {
+                self.store.write_batch(origin, batch, also=[(_INSERT_RECEIVED, {
                     "origin": origin.origin_id, "offsets": offsets, "digests": digests, "raw": raws})])
             except BaseException:
                 origin.consumed = before  # nothing was stored: the numbers are free again

@@ -29,8 +29,7 @@ def write_requests(store, batches: int, per_batch: int) -> list[str]:
             record.add_id("trace_id", uuid.uuid4().hex)
             batch.add(record, offset=b * per_batch + i, seq=0)
         origin.consumed += per_batch
-        records, ids, quarantined = batch.tables(store.allocate_record_ids(batch.record_count))
-        store.write_batch(origin, records, ids, quarantined)
+        store.write_batch(origin, batch)
     return internal_ids
 
 
