@@ -72,12 +72,13 @@ class ServerSpans:
             trace_id, random_trace_id = caller.trace_id, caller.trace_flags.random_trace_id
         else:
             trace_id, random_trace_id = ids.generate_trace_id(), ids.is_trace_id_random()
-        if self.follows_caller:  # what the sampler would decide, without asking it on every request
-            sampled = caller.trace_flags.sampled if caller.is_valid else True
-            trace_state = caller.trace_state if caller.is_valid else None
-        else:
+        if not self.follows_caller:
             sampling = self.tracer.sampler.should_sample(parent, trace_id, name, SpanKind.SERVER, attributes, ())
             sampled, trace_state = sampling.decision.is_sampled(), sampling.trace_state
+        elif caller.is_valid:  # what the sampler would decide, without asking it on every request
+            sampled, trace_state = caller.trace_flags.sampled, caller.trace_state
+        else:
+            sampled, trace_state = True, None
         flags = TraceFlags.SAMPLED if sampled else TraceFlags.DEFAULT
         if random_trace_id:
             flags |= TraceFlags.RANDOM_TRACE_ID
