@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from . import sources
-from .records import BatchBuilder
+from .records import BatchBuilder, Unstorable
 from .requests import update_requests
 from .store import Origin, Store
 
@@ -235,18 +235,16 @@ class Ingester:
                 batch.quarantine(str(path), offset, line_no, f"line of {length} bytes is over the {max_line}-byte limit", b"")
             elif line.strip():
                 try:
-                    records = parser.parse(line)
+                    batch.add(parser.parse(line), offset)
                 except Exception as e:  # noqa: BLE001 - a line no parser expected must not stop the file
-                    reason = str(e) if isinstance(e, sources.Unparseable) else f"unreadable ({type(e).__name__}: {e})"
+                    reason = str(e) if isinstance(e, (sources.Unparseable, Unstorable)) else \
+                        f"unreadable ({type(e).__name__}: {e})"
                     if not terminated:
                         # A torn last line may be a line still being written: leave it for later.
                         result.held_back.append(f"{path}:{line_no} (byte {offset})")
                         line_no -= 1
                         break
                     batch.quarantine(str(path), offset, line_no, reason, line)
-                else:
-                    for seq, record in enumerate(records):
-                        batch.add(record, offset, seq)
             consumed = offset + length + (1 if terminated else 0)
             if len(batch) >= self.batch_records:
                 self._flush(batch, origin, parser, consumed, line_no, summary, result)

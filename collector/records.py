@@ -14,6 +14,14 @@ import pyarrow as pa
 
 from .ids import PARENT_SPAN, SPAN, derived
 
+# The store's integer columns are 64-bit: a time in ns holds 1677-09-21 to 2262-04-11.
+_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+class Unstorable(ValueError):
+    """A record with a value the store cannot hold (a time past 2262, attributes nested deeper than
+    JSON text is written): its line or span is quarantined with this reason, the rest is stored."""
+
 
 @dataclass(slots=True)
 class Record:
@@ -102,6 +110,7 @@ class BatchBuilder:
 
     def clear(self) -> None:
         self._records: list[Record] = []
+        self._attrs: list[str | None] = []
         self._offsets: list[int] = []
         self._seqs: list[int] = []
         self._quarantine: dict[str, list] = {name: [] for name in QUARANTINE_SCHEMA.names}
@@ -109,10 +118,14 @@ class BatchBuilder:
     def __len__(self) -> int:
         return len(self._records) + len(self._quarantine["reason"])
 
-    def add(self, record: Record, offset: int, seq: int) -> None:
-        self._records.append(record)
-        self._offsets.append(offset)
-        self._seqs.append(seq)
+    def add(self, records: list[Record], offset: int) -> None:
+        """The records of one line (or one received body) at `offset`, numbered in order: all of
+        them, or none and Unstorable when one holds a value the store cannot."""
+        attrs = [storable_attrs(r) for r in records]
+        self._records += records
+        self._attrs += attrs
+        self._offsets += [offset] * len(records)
+        self._seqs += range(len(records))
 
     def quarantine(self, path: str, offset: int, line_no: int, reason: str, excerpt: bytes) -> None:
         q = self._quarantine
@@ -135,7 +148,7 @@ class BatchBuilder:
         records = self._records
         record_ids = list(range(first_record_id, first_record_id + len(records)))
         cols = {name: list(map(attrgetter(name), records)) for name in _RECORD_FIELDS}
-        cols["attrs"] = [orjson.dumps(r.attrs).decode() if r.attrs else None for r in records]
+        cols["attrs"] = self._attrs
         cols["offset"] = self._offsets
         cols["seq"] = self._seqs
         cols["record_id"] = record_ids
@@ -152,6 +165,35 @@ class BatchBuilder:
             pa.Table.from_arrays([pa.array(ids_record_id, pa.int64()), *kinds_values_scopes], schema=IDS_SCHEMA),
             pa.Table.from_pydict(self._quarantine, schema=QUARANTINE_SCHEMA),
         )
+
+
+def check_storable(records: list[Record]) -> None:
+    """Unstorable when one of the records holds a value the store cannot (as BatchBuilder.add)."""
+    for record in records:
+        storable_attrs(record)
+
+
+def storable_attrs(record: Record) -> str | None:
+    """The record's attributes as the JSON text stored; Unstorable when a value does not fit."""
+    for name in ("time_ns", "duration_ns"):
+        value = getattr(record, name)
+        if value is not None and not _INT64_MIN <= value <= _INT64_MAX:
+            raise Unstorable(f"{_WHAT[name]} {value} ns does not fit the store's 64-bit integers"
+                             f"{' (it is not between 1677 and 2262)' if name == 'time_ns' else ''}")
+    if not record.attrs:
+        return None
+    try:
+        return orjson.dumps(record.attrs).decode()
+    except TypeError as e:  # orjson.JSONEncodeError
+        reason = _ATTRS_UNSTORABLE.get(str(e), str(e))
+        raise Unstorable(f"its attributes cannot be stored: {reason}") from None
+
+
+_WHAT = {"time_ns": "time", "duration_ns": "duration"}
+_ATTRS_UNSTORABLE = {
+    "Recursion limit reached": "nested more than 254 levels deep",
+    "Integer exceeds 64-bit range": "an integer does not fit 64 bits",
+}
 
 
 def _ids_and_edges(record: Record) -> list[tuple[str, str, str | None]]:

@@ -20,7 +20,7 @@ from urllib.parse import urlsplit
 import httpx
 import orjson
 
-from .records import BatchBuilder
+from .records import BatchBuilder, Unstorable
 from .sources.perf_metrics_legacy import NAME as SOURCE, records_from_perf_metrics_response
 from .store import Store
 from .writer import Body, Busy, Writer
@@ -85,12 +85,11 @@ class Scraper:
         batch = BatchBuilder(SOURCE, origin.origin_id)
         for number, raw in rows:
             try:
-                records = records_from_perf_metrics_response(orjson.loads(raw), self.worker)
+                batch.add(records_from_perf_metrics_response(orjson.loads(raw), self.worker), number)
+            except Unstorable as e:
+                batch.quarantine(self.url, number, number, str(e), raw)
             except Exception as e:  # noqa: BLE001 - as ingest does with a line no parser expected
                 batch.quarantine(self.url, number, number, f"unreadable answer ({type(e).__name__}: {e})", raw)
-                continue
-            for seq, record in enumerate(records):
-                batch.add(record, number, seq)
         store.write_batch(origin, batch, also=[(
             'UPDATE received SET body = NULL WHERE origin_id = ? AND "offset" <= ?', [origin.origin_id, rows[-1][0]]
         )])

@@ -377,10 +377,10 @@ class Store:
 
         The batch's records are let go as soon as they are Arrow tables, and those tables before
         the id index is compacted: each would add to the peak of the DuckDB work that follows."""
-        records, ids, quarantined = batch.tables(self.allocate_record_ids(batch.record_count))
-        batch.clear()
         con = self.con
         try:
+            records, ids, quarantined = batch.tables(self.allocate_record_ids(batch.record_count))
+            batch.clear()
             with transaction(con):
                 _insert(con, "records", records)
                 _insert(con, "record_ids", ids, then=id_index.add)

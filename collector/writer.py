@@ -189,8 +189,7 @@ class Writer:
             if body.sha256 in stored:
                 continue
             stored.add(body.sha256)
-            for seq, record in enumerate(body.records):
-                batch.add(record, number, seq)
+            batch.add(body.records, number)
             offsets.append(number)
             digests.append(body.sha256)
             raws.append(body.raw)

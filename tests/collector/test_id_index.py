@@ -27,7 +27,7 @@ def write_requests(store, batches: int, per_batch: int) -> list[str]:
             record.add_id("internal_id", internal_ids[-1])
             record.add_id("x_request_id", f"xr-{b}-{i}")
             record.add_id("trace_id", uuid.uuid4().hex)
-            batch.add(record, offset=b * per_batch + i, seq=0)
+            batch.add([record], offset=b * per_batch + i)
         origin.consumed += per_batch
         store.write_batch(origin, batch)
     return internal_ids

@@ -26,7 +26,7 @@ def records() -> list[Record]:
 def test_ids_rows_record_by_record():
     batch = BatchBuilder("test", 1)
     for offset, record in enumerate(records()):
-        batch.add(record, offset, 0)
+        batch.add([record], offset)
     _, ids, _ = batch.tables(1000)
     assert ids.schema == IDS_SCHEMA
     assert ids.to_pylist() == [dict(zip(IDS_SCHEMA.names, row)) for row in [
