@@ -42,11 +42,14 @@ class Record:
     ids: list[tuple[str, str, str | None]] = field(default_factory=list)
 
     def add_id(self, kind: str, value, scope: str | None = None) -> None:
-        """Attach an id; empty values are skipped, numbers are kept as their decimal text."""
+        """Attach an id; empty values are skipped, numbers (values and scopes) are kept as their
+        decimal text."""
         if value is None or value == "" or isinstance(value, bool):
             return
         if not isinstance(value, str):
             value = str(value)
+        if scope is not None and not isinstance(scope, str):
+            scope = str(scope)
         if (kind, value, scope) not in self.ids:
             self.ids.append((kind, value, scope))
             for implied_kind, implied_value in derived(kind, value):

@@ -101,6 +101,12 @@ def _int(value, what: str) -> int | None:
         raise Unparseable(f"{what} is not an integer: {value!r}") from None
 
 
+def _text(value, what: str) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    raise Unparseable(f"{what} is {type(value).__name__}, expected text")
+
+
 def _enum(value, names: str, what: str) -> int:
     """An enum given as a number or as its name (SPAN_KIND_SERVER, STATUS_CODE_ERROR, ...)."""
     if value is None:
@@ -225,7 +231,7 @@ def _json_span(span, scope: str | None) -> Span:
     status = span.get("status") or {}
     events = span.get("events")
     return Span(
-        name=span.get("name"),
+        name=_text(span.get("name"), "span name"),
         attrs=attributes(span.get("attributes", [])),
         scope=scope,
         start_ns=_int(_get(span, "startTimeUnixNano", "start_time_unix_nano"), "startTimeUnixNano"),
@@ -250,10 +256,10 @@ def _json_log(log, scope: str | None) -> Log:
         attrs=attributes(log.get("attributes", [])),
         scope=scope,
         body=any_value(log.get("body")),
-        event_name=_get(log, "eventName", "event_name"),
+        event_name=_text(_get(log, "eventName", "event_name"), "eventName"),
         time_ns=_int(_get(log, "timeUnixNano", "time_unix_nano"), "timeUnixNano"),
         observed_ns=_int(_get(log, "observedTimeUnixNano", "observed_time_unix_nano"), "observedTimeUnixNano"),
-        severity_text=_get(log, "severityText", "severity_text"),
+        severity_text=_text(_get(log, "severityText", "severity_text"), "severityText"),
         trace_id=_id(_get(log, "traceId", "trace_id"), 16, "traceId"),
         span_id=_id(_get(log, "spanId", "span_id"), 8, "spanId"),
     )
@@ -310,12 +316,14 @@ class LineParser:
 
     def _identity(self, attrs: dict, spans: list[Span]) -> tuple[str | None, str | None]:
         """(worker, role) of the process that exported a resource block."""
-        service = attrs.get("service.name")
-        role = attrs.get("tracejoin.role") or _role_of_service(service)
-        host, pid = attrs.get("host.name"), attrs.get("process.pid")
+        # The conventions make these text; a resource that gives another type names nothing by it.
+        service, role, host, instance = (v if isinstance(v, str) else None for v in map(attrs.get, (
+            "service.name", "tracejoin.role", "host.name", "service.instance.id")))
+        role = role or _role_of_service(service)
+        pid = attrs.get("process.pid")
         # host:pid names the process as TensorRT-LLM's perf-metrics files do, so engine ids scoped
         # by either source match; it also says more than the SDK's random service.instance.id.
-        worker = f"{host}:{pid}" if host and pid else attrs.get("service.instance.id")
+        worker = f"{host}:{pid}" if host and pid and isinstance(pid, (int, str)) else instance
         if worker is None:
             # A Dynamo worker names its discovery instance on its handle_payload spans.
             for span in spans:
