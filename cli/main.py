@@ -32,6 +32,13 @@ class Failure(Exception):
         self.code = code
 
 
+def say_error(message: str) -> None:
+    """`trace-join: MESSAGE` on stderr, one line whatever the file names, ids or input it quotes."""
+    from tracejoin.cli.render import visible
+
+    print(f"trace-join: {visible(message)}", file=sys.stderr)
+
+
 def long_running() -> None:
     """Collect garbage as usual from here on: `run` (cli/__main__.py) turns the collector off for
     start-up, which suits a command that ends in a second, not one that runs for minutes."""
@@ -97,7 +104,7 @@ def ingest(
                 raise Failure(str(e)) from None
     render.ingest_summary(result, as_json)
     for line in result.errors:
-        print(f"trace-join: error: {line}", file=sys.stderr)
+        say_error(f"error: {line}")
     if result.errors or result.quarantined:
         raise typer.Exit(2)
 
@@ -192,6 +199,7 @@ def collect(
     long_running()
     from pathlib import Path
 
+    from tracejoin.cli.render import visible
     from tracejoin.collector.collect import CollectConfig, CollectError, collect as run_collector
     from tracejoin.collector.store import StoreError, default_db_path
 
@@ -203,8 +211,8 @@ def collect(
         token=token, max_body=max_body,
     )
     try:
-        run_collector(config, say=lambda line: print(line, flush=True),
-                      report=lambda line: print(f"trace-join collect: {line}", file=sys.stderr, flush=True))
+        run_collector(config, say=lambda line: print(visible(line), flush=True),
+                      report=lambda line: print(f"trace-join collect: {visible(line)}", file=sys.stderr, flush=True))
     except (CollectError, StoreError) as e:
         raise Failure(str(e)) from None
 
@@ -277,19 +285,19 @@ def run() -> None:
     try:
         code = app(standalone_mode=False)
     except Failure as e:
-        print(f"trace-join: {e}", file=sys.stderr)
+        say_error(str(e))
         sys.exit(e.code)
     except (typer.Abort, KeyboardInterrupt):
-        print("trace-join: interrupted", file=sys.stderr)
+        say_error("interrupted")
         sys.exit(130)
     except Exception as e:  # noqa: BLE001 - a usage error, a bug or an environment problem: one line
         if hasattr(e, "format_message") and hasattr(e, "exit_code"):  # click's usage errors, via typer
-            print(f"trace-join: {e.format_message()} (see trace-join --help)", file=sys.stderr)
+            say_error(f"{e.format_message()} (see trace-join --help)")
             sys.exit(e.exit_code)
         if os.environ.get("TRACEJOIN_DEBUG"):
             raise
         first_line = (str(e).splitlines() or [""])[0]
-        print(f"trace-join: error: {type(e).__name__}: {first_line} (TRACEJOIN_DEBUG=1 shows where)", file=sys.stderr)
+        say_error(f"error: {type(e).__name__}: {first_line} (TRACEJOIN_DEBUG=1 shows where)")
         sys.exit(2)
     sys.exit(code if isinstance(code, int) else 0)
 

@@ -1,6 +1,9 @@
 """What the commands print: JSON for scripts, rich tables and timelines for people.
 
-rich is imported inside the functions that draw, so `lookup --json` never pays for it.
+rich is imported inside the functions that draw, so `lookup --json` never pays for it. Whatever
+reaches a terminal for people goes through `visible` and is drawn by `_console`: log lines, span
+attributes, quarantined excerpts and file names come from whoever wrote them, and must not drive
+the terminal of the person reading.
 """
 
 from __future__ import annotations
@@ -17,6 +20,34 @@ PROGRESS_MIN_BYTES = 32 << 20  # below this a bar only flickers
 def print_json(obj) -> None:
     sys.stdout.buffer.write(orjson.dumps(obj, option=orjson.OPT_INDENT_2) + b"\n")
     sys.stdout.flush()
+
+
+def visible(text: str) -> str:
+    """`text` safe to draw on a terminal: nothing in it may move the cursor, clear the screen,
+    retitle the terminal, make a link, or hide or reorder what is shown. Every character Python's
+    repr escapes is written out as repr writes it (`\\x1b`, `\\r`, `\\n`, `\\u202e`): C0 and C1
+    controls (ESC, so ANSI CSI and OSC sequences; CR, BEL, backspace, newline, tab), DEL, bidi
+    overrides and isolates, zero-width and other invisible format characters, line and paragraph
+    separators, spaces other than ` `, lone surrogates. A backslash stays as it is, so paths and
+    messages read as written. `--json` is data for scripts and keeps the text exactly as stored."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
+def _console(*, stderr: bool = False):
+    """Where text for people is drawn. rich would read `[...]` in data as markup (styles, links)
+    and `:name:` as an emoji; this console reads neither. Piped output keeps whole lines rather
+    than wrapping at 80 columns."""
+    from rich.console import Console
+
+    stream = sys.stderr if stderr else sys.stdout
+    return Console(stderr=stderr, markup=False, emoji=False, highlight=False,
+                   width=None if stream.isatty() else 220)
+
+
+def _add_row(table, *cells: str) -> None:
+    table.add_row(*map(visible, cells))
 
 
 def window_text(result: dict) -> str:
@@ -59,30 +90,27 @@ def ingest_summary(result, as_json: bool) -> None:
             "quarantine_samples": result.quarantine_samples, "held_back": result.held_back,
         })
         return
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
     table = Table("source", "files", "records", "requests", "quarantined", title="ingested", title_justify="left")
     for name, s in by_source.items():
-        table.add_row(name, *(str(s[k]) for k in ("files", "records", "requests", "quarantined")))
-    console.print(table)
-    err = Console(stderr=True)
-    for sample in result.quarantine_samples:
-        err.print(f"quarantined {sample}", highlight=False, markup=False)
+        _add_row(table, name, *(str(s[k]) for k in ("files", "records", "requests", "quarantined")))
+    _console().print(table)
+    err = _console(stderr=True)
+    lines = [f"quarantined {sample}" for sample in result.quarantine_samples]
     if result.quarantined > len(result.quarantine_samples):
-        err.print(f"({result.quarantined} quarantined lines in all: `trace-join quarantine` lists them)", markup=False)
-    for path in result.skipped:
-        err.print(f"skipped {path}: not a format trace-join reads", highlight=False, markup=False)
-    for where in result.held_back:
-        err.print(f"held back an unfinished last line at {where}; it is read once the file grows", markup=False)
+        lines.append(f"({result.quarantined} quarantined lines in all: `trace-join quarantine` lists them)")
+    lines += [f"skipped {path}: not a format trace-join reads" for path in result.skipped]
+    lines += [f"held back an unfinished last line at {where}; it is read once the file grows"
+              for where in result.held_back]
+    for line in lines:
+        err.print(visible(line), soft_wrap=True)  # one line each, however long the file name
 
 
 def table_of_rows(rows: list[dict], as_json: bool, title: str) -> None:
     if as_json:
         print_json(rows)
         return
-    from rich.console import Console
     from rich.table import Table
 
     if not rows:
@@ -90,12 +118,11 @@ def table_of_rows(rows: list[dict], as_json: bool, title: str) -> None:
         return
     table = Table(*rows[0].keys(), title=title, title_justify="left")
     for row in rows:
-        table.add_row(*("" if v is None else str(v) for v in row.values()))
-    Console().print(table)
+        _add_row(table, *("" if v is None else str(v) for v in row.values()))
+    _console().print(table)
 
 
 def request_table(rows: list[dict]) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     if not rows:
@@ -107,19 +134,18 @@ def request_table(rows: list[dict]) -> None:
         if r["disconnected"]:
             status += " (client left)"
         ids = [r["reply_id"]] if r["reply_id"] else (r["internal_ids"] or r["disagg_request_ids"] or r["x_request_ids"])
-        table.add_row(
-            (r["start"] or "")[:23], _ms(r["duration_ms"]), _ms(r["ttft_ms"]), status,
+        _add_row(
+            table, (r["start"] or "")[:23], _ms(r["duration_ms"]), _ms(r["ttft_ms"]), status,
             r["route"] or r["endpoint"] or "", r["entry_worker"] or "", str(len(r["workers"])),
             ids[0] if ids else str(r["request_id"]),
         )
-    Console(highlight=False, width=None if sys.stdout.isatty() else 220).print(table)
+    _console().print(table)
 
 
 def coverage_text(result: dict) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console(highlight=False, width=None if sys.stdout.isatty() else 220)
+    console = _console()
     joined, replies = result["joined"], result["replies"]
 
     def share(n: int) -> str:
@@ -135,11 +161,11 @@ def coverage_text(result: dict) -> None:
     console.print(f"orphans: {orphans['records']} engine-side records in {orphans['requests']} groups no reply reaches")
     sources = Table("source", "records", "in replies", "orphan records", box=None, padding=(0, 2))
     for name, s in result["by_source"].items():
-        sources.add_row(name, str(s["records"]), str(s["in_replies"]), str(s["orphan_records"]))
+        _add_row(sources, name, str(s["records"]), str(s["in_replies"]), str(s["orphan_records"]))
     console.print(sources)
     workers = Table("worker", "role", "replies", "records", "orphan records", box=None, padding=(0, 2))
     for w in result["by_worker"]:
-        workers.add_row(w["worker"], w["role"] or "", str(w["replies"]), str(w["records"]), str(w["orphan_records"]))
+        _add_row(workers, w["worker"], w["role"] or "", str(w["replies"]), str(w["records"]), str(w["orphan_records"]))
     console.print(workers)
 
 
@@ -156,19 +182,17 @@ def _ms(value) -> str:
 
 
 def lookup_text(result: dict) -> None:
-    from rich.console import Console
     from rich.table import Table
     from rich.text import Text
 
-    # Piped output keeps whole lines rather than wrapping at 80 columns.
-    console = Console(highlight=False, width=None if sys.stdout.isatty() else 220)
+    console = _console()
     for warning in result["warnings"]:
-        console.print(Text(f"warning: {warning}", style="yellow"))
+        console.print(Text(visible(f"warning: {warning}"), style="yellow"))
     requests = result["requests"]
-    console.print(
+    console.print(visible(
         f"{result['query']} ({result['id_kind']}) names {len(requests)} request{'s' if len(requests) != 1 else ''}"
         f"{window_text(result)}"
-    )
+    ))
     for i, request in enumerate(requests, 1):
         console.print()
         console.print(Text(f"request {i} of {len(requests)}", style="bold"))
@@ -177,14 +201,14 @@ def lookup_text(result: dict) -> None:
             if kind == "engine_request_id":
                 values = [f"{e['id']} on {e['worker']}" for e in values]
             if values:
-                console.print(f"  {kind:<18} {', '.join(values)}", markup=False)
+                console.print(visible(f"  {kind:<18} {', '.join(values)}"))
         times = [_seconds(r["time"]) for r in request["records"] if r["time"]]
         start = min(times) if times else None
         table = Table("worker", "role", "records", "first", "last", box=None, padding=(0, 2), title_justify="left")
         for w in request["workers"]:
             own = [_seconds(r["time"]) for r in request["records"] if r["worker"] == w["worker"] and r["time"]]
-            table.add_row(
-                w["worker"] or "?", w["role"] or "?", str(w["records"]),
+            _add_row(
+                table, w["worker"] or "?", w["role"] or "?", str(w["records"]),
                 _offset(min(own), start) if own else "", _offset(max(own), start) if own else "",
             )
         console.print(table)
@@ -193,8 +217,8 @@ def lookup_text(result: dict) -> None:
         for r in request["records"]:
             t = _seconds(r["time"]) if r["time"] else None
             delta = "" if t is None or previous is None else f"{(t - previous) * 1000:.1f}"
-            timeline.add_row(
-                (r["time"] or "")[11:26], _offset(t, start) if t is not None else "", delta,
+            _add_row(
+                timeline, (r["time"] or "")[11:26], _offset(t, start) if t is not None else "", delta,
                 f"{r['worker'] or '?'} ({r['role'] or '?'})", r["kind"],
                 ("[ambiguous] " if r.get("ambiguous") else "") + r["summary"],
             )
