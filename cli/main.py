@@ -262,11 +262,11 @@ def proxy(
     """Forward every request to UPSTREAM, streaming, and record each one: its reply id, its trace, what
     the upstream revealed (docs/middleware.md). Runs until interrupted."""
     long_running()
-    from tracejoin.middleware.proxy import serve_proxy
+    from tracejoin.middleware.proxy import ListenError, serve_proxy
 
     try:
         serve_proxy(upstream, listen, log, otlp)
-    except ValueError as e:
+    except (ValueError, ListenError) as e:
         raise Failure(str(e)) from None
 
 

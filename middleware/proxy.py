@@ -21,6 +21,7 @@ as the reply passes). The proxy adds:
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -58,9 +59,7 @@ class ReverseProxy:
     """
 
     def __init__(self, upstream: str) -> None:
-        self.upstream = httpx.URL(upstream)
-        if self.upstream.scheme not in ("http", "https") or not self.upstream.host:
-            raise ValueError(f"upstream must be an http:// or https:// URL, not {upstream!r}")
+        self.upstream = _upstream_url(upstream)
         self.client = httpx.AsyncClient(
             timeout=UPSTREAM_TIMEOUT,
             # LLM streams are long: a pool limit would queue requests behind them.
@@ -117,6 +116,16 @@ class ReverseProxy:
         if scope.get("query_string"):
             path += b"?" + scope["query_string"]
         return self.upstream.copy_with(raw_path=self.upstream.raw_path.rstrip(b"/") + path)
+
+
+def _upstream_url(upstream: str) -> httpx.URL:
+    try:
+        url = httpx.URL(upstream)
+    except httpx.InvalidURL as e:
+        raise ValueError(f"upstream must be an http:// or https:// URL, not {upstream!r} ({e})") from None
+    if url.scheme not in ("http", "https") or not url.host or (url.port or 0) > 65535:
+        raise ValueError(f"upstream must be an http:// or https:// URL, not {upstream!r}")
+    return url
 
 
 async def _relay_until_client_leaves(upstream: httpx.Response, receive: Any, send: Any) -> httpx.HTTPError | None:
@@ -230,15 +239,38 @@ def proxy_config(upstream: str, listen: str = "127.0.0.1:8080", **middleware_opt
     )
 
 
+class ListenError(Exception):
+    """The proxy cannot listen where it was told: the port is taken, the address is not this
+    host's, or the host name does not resolve."""
+
+
 def serve_proxy(upstream: str, listen: str = "127.0.0.1:8080", log: str | None = None, otlp: str | None = None) -> None:
     """Run `trace-join proxy` until interrupted. `log`: a JSONL path (default stderr); `otlp`: an
-    OTLP/HTTP endpoint for the spans. ValueError for a bad `upstream` or `listen`."""
-    uvicorn.Server(proxy_config(upstream, listen, log=log, otlp_endpoint=otlp)).run()
+    OTLP/HTTP endpoint for the spans. ValueError for a bad `upstream` or `listen`, ListenError when
+    the address cannot be listened on."""
+    config = proxy_config(upstream, listen, log=log, otlp_endpoint=otlp)
+    # Bound here, not by uvicorn: uvicorn would report a taken port among its start-up and
+    # shutdown lines, then exit on its own.
+    uvicorn.Server(config).run(sockets=[_listening_socket(config.host, config.port)])
+
+
+def _listening_socket(host: str, port: int) -> socket.socket:
+    """A socket bound as uvicorn binds one (SO_REUSEADDR, IPv6 for an address with a colon)."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as e:
+        sock.close()
+        reason = e.strerror or str(e)
+        address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        raise ListenError(f"cannot listen on {address}: {reason[:1].lower()}{reason[1:]}") from None
+    return sock
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
     """`host:port`, `[v6 address]:port`, or `:port` (loopback)."""
     host, separator, port = listen.rpartition(":")
-    if not separator or not port.isdigit() or int(port) > 65535:
+    if not separator or not (port.isascii() and port.isdigit()) or int(port) > 65535:
         raise ValueError(f"listen address must be HOST:PORT, not {listen!r}")
     return host.strip("[]") or "127.0.0.1", int(port)
