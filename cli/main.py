@@ -91,6 +91,7 @@ def ingest(
     """Read log, span, trace and perf files into the store. Reading the same bytes again adds nothing."""
     long_running()
     from tracejoin.collector.ingest import REQUESTS_EVERY, Ingester, InputError
+    from tracejoin.collector.store import StoreError
     from tracejoin.cli import render
 
     paths = paths or []
@@ -100,7 +101,7 @@ def ingest(
                 # the requests tables dashboards read, kept up to date as the files go in
                 ingester = Ingester(store, progress=progress, worker=worker, requests_every=REQUESTS_EVERY)
                 result = ingester.ingest_paths(paths)
-            except InputError as e:
+            except (InputError, StoreError) as e:
                 raise Failure(str(e)) from None
     render.ingest_summary(result, as_json)
     for line in result.errors:

@@ -33,7 +33,9 @@ def with_arrow() -> None:
 
 @contextmanager
 def transaction(con) -> Iterator[None]:
-    """BEGIN, then COMMIT, or ROLLBACK on any error (after a failed COMMIT there is nothing to roll back)."""
+    """BEGIN, then COMMIT, or ROLLBACK on any error. The error raised is the first one: after a
+    failed COMMIT there is nothing to roll back, and after a fatal error (a full disk while
+    checkpointing) every statement fails with `database has been invalidated`."""
     con.execute("BEGIN")
     try:
         yield
@@ -41,6 +43,6 @@ def transaction(con) -> Iterator[None]:
     except BaseException:
         try:
             con.execute("ROLLBACK")
-        except duckdb.TransactionException:  # a failed COMMIT has ended it already
+        except duckdb.Error:
             pass
         raise

@@ -12,6 +12,8 @@ import glob
 import gzip
 import hashlib
 import os
+import stat
+import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +22,7 @@ from typing import Callable, Iterator
 from . import sources
 from .records import BatchBuilder, Unstorable
 from .requests import update_requests
-from .store import Origin, Store
+from .store import Origin, Store, disk_full_named
 
 HEAD = 4096  # bytes hashed to recognize a file
 MAX_LINE = 1 << 20  # longer lines are quarantined, not parsed, unless a source allows more
@@ -31,6 +33,9 @@ BATCH_RECORDS = 20_000  # held as Python objects until written: this bounds memo
 # one run each: every 1M records 502 MB peak in 1810 s, every 500k 493 MB in 1332 s).
 REQUESTS_EVERY = 500_000
 SNIFF_LINES = 20
+# Stream bytes read between two commits even when they hold no records (a file of blank lines, a
+# gzip bomb of newlines): a long read keeps its progress.
+FLUSH_BYTES = 64 << 20
 
 
 class InputError(Exception):
@@ -62,8 +67,10 @@ class IngestResult:
         return sum(s.records for s in self.by_source.values())
 
 
-def expand_paths(paths: list[str]) -> list[tuple[Path, bool]]:
-    """Files named by paths, folders (recursively) and globs; the flag says it was named directly."""
+def expand_paths(paths: list[str], problems: list[str] | None = None) -> list[tuple[Path, bool]]:
+    """Files named by paths, folders (recursively) and globs; the flag says it was named directly.
+    A named path that is not a readable file or folder is an InputError; what cannot be read inside
+    a folder (a subfolder, a fifo or device, a broken link) is said in `problems`, one line each."""
     found: list[tuple[Path, bool]] = []
     for p in paths:
         if any(ch in p for ch in "*?["):
@@ -72,15 +79,86 @@ def expand_paths(paths: list[str]) -> list[tuple[Path, bool]]:
                 raise InputError(f"no files match {p}")
             found += [(Path(m), False) for m in matches if os.path.isfile(m)]
         elif os.path.isdir(p):
-            for root, dirs, files in os.walk(p):
-                dirs.sort()
-                found += [(Path(root) / f, False) for f in sorted(files)
-                          if not f.startswith(".") and not f.endswith(_OWN_FILES)]
+            found += _walk(p, problems if problems is not None else [])
         elif os.path.isfile(p):
             found.append((Path(p), True))
         else:
-            raise InputError(f"no such file or folder: {p}")
+            raise InputError(_not_a_file(p))
     return found
+
+
+def _walk(folder: str, problems: list[str]) -> list[tuple[Path, bool]]:
+    found, unreadable = [], []
+    for root, dirs, files in os.walk(folder, onerror=unreadable.append):
+        dirs.sort()
+        for name in sorted(files):
+            if name.startswith(".") or name.endswith(_OWN_FILES):
+                continue
+            path = os.path.join(root, name)
+            if os.path.isfile(path):
+                found.append((Path(path), False))
+            else:  # never opened: a fifo would block the read until someone writes to it
+                problems.append(_not_a_file(path))
+    for e in unreadable:
+        if e.filename == folder:
+            raise InputError(f"cannot read the folder {folder}: {e.strerror}")
+        problems.append(f"cannot read the folder {e.filename}: {e.strerror}")
+    return found
+
+
+def _not_a_file(path: str) -> str:
+    """Why a path that is neither a file nor a folder cannot be read."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return f"no such file or folder: {path}" + (" (a link to nothing)" if os.path.islink(path) else "")
+    except OSError as e:
+        return f"cannot read {path}: {e.strerror}"
+    kind = ("a fifo (a named pipe)" if stat.S_ISFIFO(mode) else "a character device" if stat.S_ISCHR(mode)
+            else "a block device" if stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else "not a file")
+    return (f"{path} is {kind}, not a file or folder: trace-join reads files, so that it can resume "
+            f"them where it stopped; save the stream to a file first")
+
+
+class GzipContent:
+    """The decompressed bytes of a gzip file. Where the stream ends early (the file is still being
+    written, or was cut short) or turns corrupt, reading ends there and `cut_short` says why: the
+    complete lines before it are stored. (gzip's own read() raises there, losing what it had
+    decompressed of that read; read1() hands each piece over as it comes.)"""
+
+    def __init__(self, path: Path):
+        self._file = gzip.open(path, "rb")
+        self.cut_short: str | None = None
+
+    def read(self, n: int) -> bytes:
+        pieces = []
+        while n > 0 and self.cut_short is None:
+            try:
+                piece = self._file.read1(n)
+            except EOFError:
+                self.cut_short = "its gzip stream ends early (the file is still being written, or was cut short)"
+                break
+            except (gzip.BadGzipFile, zlib.error) as e:
+                self.cut_short = f"its gzip stream is corrupt ({e})"
+                break
+            if not piece:
+                break
+            pieces.append(piece)
+            n -= len(piece)
+        return b"".join(pieces)
+
+    def rewind(self) -> None:
+        self._file.seek(0)
+        self.cut_short = None
+
+    def close(self) -> None:
+        self._file.close()
+
+    def __enter__(self) -> "GzipContent":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def _open(path: Path):
@@ -88,7 +166,7 @@ def _open(path: Path):
     f = open(path, "rb")
     if f.read(2) == b"\x1f\x8b":
         f.close()
-        return gzip.open(path, "rb"), True
+        return GzipContent(path), True
     f.seek(0)
     return f, False
 
@@ -155,17 +233,20 @@ class Ingester:
         self._requests_from = 0  # the first record the requests tables do not hold yet
 
     def ingest_paths(self, paths: list[str]) -> IngestResult:
+        """StoreFull when the disk fills up: what was committed until then stays, with each file's
+        position, and the same call goes on from there."""
         result = IngestResult()
-        first_new = self._requests_from = self.store.allocate_record_ids(0)
-        for path, named in expand_paths(paths):
-            try:
-                self.ingest_file(path, result, named=named)
-            except OSError as e:
-                result.errors.append(f"{path}: {e.strerror or e}")
-        self._count_requests(result, first_new)
-        self.store.settle_workers(first_new)
-        if self.requests_every is not None:  # also brings tables an older trace-join built up to date
-            update_requests(self.store)
+        with disk_full_named(self.store.path):
+            first_new = self._requests_from = self.store.allocate_record_ids(0)
+            for path, named in expand_paths(paths, result.errors):
+                try:
+                    self.ingest_file(path, result, named=named)
+                except OSError as e:
+                    result.errors.append(f"{path}: {e.strerror or e}")
+            self._count_requests(result, first_new)
+            self.store.settle_workers(first_new)
+            if self.requests_every is not None:  # also brings tables an older trace-join built up to date
+                update_requests(self.store)
         return result
 
     def ingest_file(self, path: Path, result: IngestResult, *, named: bool = True,
@@ -176,10 +257,12 @@ class Ingester:
         with f:
             try:
                 head = f.read(HEAD)
-            except (OSError, EOFError) as e:
+            except OSError as e:
                 result.errors.append(f"{path}: unreadable ({e})")
                 return False
             if not head:
+                if compressed and f.cut_short:
+                    result.errors.append(f"{path}: {f.cut_short}, before any line")
                 return False
             module = sources.detect(str(path), _head_lines(head))
             if module is None:
@@ -192,7 +275,7 @@ class Ingester:
             summary = result.by_source.setdefault(module.NAME, SourceSummary())
             summary.files += 1
             if compressed:
-                f.seek(0)
+                f.rewind()
                 _skip(f, origin.consumed)
             else:
                 f.seek(origin.consumed)
@@ -227,30 +310,36 @@ class Ingester:
             parser.worker, parser.role = origin.worker, origin.role
         batch = BatchBuilder(module.NAME, origin.origin_id)
         line_no = origin.lines
-        start = consumed = origin.consumed
+        start = consumed = flushed = origin.consumed
         max_line = getattr(module, "MAX_LINE", MAX_LINE)
         for offset, line, length, terminated in iter_lines(f, origin.consumed, max_line):
             line_no += 1
             if line is None:
-                batch.quarantine(str(path), offset, line_no, f"line of {length} bytes is over the {max_line}-byte limit", b"")
+                reason = f"line of {length} bytes is over the {max_line}-byte limit"
+            elif not terminated and getattr(f, "cut_short", None):
+                reason = "cut off with its gzip stream"
             elif line.strip():
-                try:
-                    batch.add(parser.parse(line), offset)
-                except Exception as e:  # noqa: BLE001 - a line no parser expected must not stop the file
-                    reason = str(e) if isinstance(e, (sources.Unparseable, Unstorable)) else \
-                        f"unreadable ({type(e).__name__}: {e})"
-                    if not terminated:
-                        # A torn last line may be a line still being written: leave it for later.
-                        result.held_back.append(f"{path}:{line_no} (byte {offset})")
-                        line_no -= 1
-                        break
-                    batch.quarantine(str(path), offset, line_no, reason, line)
+                reason = _parse_into(batch, parser, line, offset)
+            else:
+                reason = None
+            if reason is not None:
+                if not terminated:
+                    # A last line without its newline may still be being written: it is read again
+                    # (and stored or quarantined, once) when the file has grown past it.
+                    result.held_back.append(f"{path}:{line_no} (byte {offset})")
+                    line_no -= 1
+                    break
+                batch.quarantine(str(path), offset, line_no, reason, line or b"")
             consumed = offset + length + (1 if terminated else 0)
-            if len(batch) >= self.batch_records:
+            if len(batch) >= self.batch_records or consumed - flushed >= FLUSH_BYTES:
                 self._flush(batch, origin, parser, consumed, line_no, summary, result)
+                flushed = consumed
                 if max_bytes is not None and consumed - start >= max_bytes:
                     return True
         self._flush(batch, origin, parser, consumed, line_no, summary, result)
+        if getattr(f, "cut_short", None):
+            result.errors.append(f"{path}: {f.cut_short} after {consumed:,} bytes of its content: the lines "
+                                 f"before are stored, and ingesting it again reads on from there")
         return False
 
     def _flush(self, batch, origin, parser, consumed, line_no, summary, result) -> None:
@@ -291,6 +380,17 @@ class Ingester:
         ).fetchall()
         for source, n in rows:
             result.by_source.setdefault(source, SourceSummary()).requests = n
+
+
+def _parse_into(batch: BatchBuilder, parser, line: bytes, offset: int) -> str | None:
+    """Parse a line into the batch; why it cannot be stored, if it cannot."""
+    try:
+        batch.add(parser.parse(line), offset)
+    except (sources.Unparseable, Unstorable) as e:
+        return str(e)
+    except Exception as e:  # noqa: BLE001 - a line no parser expected must not stop the file
+        return f"unreadable ({type(e).__name__}: {e})"
+    return None
 
 
 def _skip(f, n: int) -> None:

@@ -10,7 +10,8 @@ position that runs ahead of what was stored.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -175,6 +176,33 @@ CREATE INDEX IF NOT EXISTS received_sha256 ON received (sha256);
 
 class StoreError(Exception):
     """A database that cannot be used as it is; the message says what to do."""
+
+
+class StoreFull(StoreError):
+    """The disk holding the store is full. Everything committed before is kept, and each file's
+    position with it: the same command, run again once there is room, goes on from there."""
+
+
+@contextmanager
+def disk_full_named(path: Path) -> Iterator[None]:
+    """A write's DuckDB error, as StoreFull when the disk is full: DuckDB names that only inside
+    an IO, transaction or fatal error (`Could not write file …: No space left on device`)."""
+    try:
+        yield
+    except duckdb.Error as e:
+        if "No space left on device" not in str(e):
+            raise
+        raise StoreFull(f"the disk holding {path} is full ({_quoted_file(e)}): free some space and run the "
+                        f"same command again; what was stored before is kept and it goes on from there") from None
+
+
+def _quoted_file(e: Exception) -> str:
+    """`could not write FILE`, from DuckDB's message."""
+    start = str(e).find('Could not write file "')
+    if start < 0:
+        return "No space left on device"
+    name = str(e)[start + len('Could not write file "'):].split('"', 1)[0]
+    return f"no space left to write {name}"
 
 
 class StoreLocked(StoreError):
