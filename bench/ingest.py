@@ -43,7 +43,11 @@ def ingester_seconds(files: list[Path], db: Path) -> float:
     return time.perf_counter() - start
 
 
-def run(cfg: Config, lines: int, notes: list[str]) -> list[Row]:
+def run(cfg: Config, lines: int, small_files_count: int, notes: list[str]) -> list[Row]:
+    return lines_run(cfg, lines, notes) + many_files_run(cfg, small_files_count)
+
+
+def lines_run(cfg: Config, lines: int, notes: list[str]) -> list[Row]:
     corpus = Corpus(cfg.data / "ingest-corpus", max(1, lines // 11)).ensure()
     files, n = corpus.files(), corpus.lines()
     db = cfg.data / "ingest.duckdb"
@@ -68,3 +72,56 @@ def run(cfg: Config, lines: int, notes: list[str]) -> list[Row]:
         run_child([TRACE_JOIN, "ingest", "--db", str(_fresh(db)), *map(str, files)], profile_to=raw)
         notes.append(summarize(raw))
     return rows
+
+
+# -- many small files --------------------------------------------------------------------------
+
+TARGET_MS_A_FILE = 2.0
+TARGET_FLAT = 1.5  # the last tenth's cost a file over the first tenth's, at most
+TENTHS = 10
+
+
+def small_files(folder: Path, count: int) -> list[Path]:
+    """`count` one-line files in TENTHS folders; made once, reused by later runs."""
+    tenths = [folder / f"tenth-{t}" for t in range(TENTHS)]
+    done = folder / f"made-{count}"
+    if not done.exists():
+        for t, tenth in enumerate(tenths):
+            tenth.mkdir(parents=True, exist_ok=True)
+            for i in range(t * count // TENTHS, (t + 1) * count // TENTHS):
+                (tenth / f"w{i:07d}.jsonl").write_bytes(
+                    b'{"schema":"tracejoin.log.v1","ts":"2026-11-30T10:40:30.123456Z","level":"info",'
+                    b'"event":"request.start","role":"router","worker":"gw:8000","internal_id":"req-%d",'
+                    b'"x_request_id":"xr-%d"}\n' % (i, i))
+        done.touch()
+    return tenths
+
+
+def many_files_run(cfg: Config, count: int) -> list[Row]:
+    """`trace-join ingest` of each tenth of `count` one-line files, one command after another into
+    one store, against DuckDB's `read_json` of the same files (one call over their glob): the cost
+    a file, first while the store is empty and last once it knows nine tenths of them."""
+    tenths = small_files(cfg.data / "small-files", count)
+    per_tenth = count // TENTHS
+    baseline, first, last = [], [], []
+    for _ in range(cfg.runs):
+        start = time.perf_counter()
+        con = duckdb.connect(str(_fresh(cfg.data / "read_json_small.duckdb")))
+        con.execute(f"CREATE TABLE lines AS SELECT * FROM read_json('{cfg.data / 'small-files'}/tenth-*/*.jsonl', "
+                    f"format='newline_delimited')")
+        con.close()
+        baseline.append((time.perf_counter() - start) * 1000 / count)
+        db = _fresh(cfg.data / "small-files.duckdb")
+        seconds = [check(run_child([TRACE_JOIN, "ingest", "--db", str(db), str(tenth)]), "trace-join ingest").seconds
+                   for tenth in tenths]
+        first.append(seconds[0] * 1000 / per_tenth)
+        last.append(seconds[-1] * 1000 / per_tenth)
+    size = f"{count:,} one-line files, in {TENTHS} commands of {per_tenth:,}"
+    return [
+        Row("1 ingest", "many small files: ms a file, into an empty store", median(first), "ms", median(baseline),
+            f"≤ {TARGET_MS_A_FILE:g} ms", median(first) <= TARGET_MS_A_FILE, size + "; baseline: read_json, ms a file"),
+        Row("1 ingest", "many small files: ms a file, the last tenth", median(last), "ms", median(first),
+            f"≤ {TARGET_MS_A_FILE:g} ms and ≤ {TARGET_FLAT}× the first tenth",
+            median(last) <= TARGET_MS_A_FILE and median(last) <= TARGET_FLAT * median(first),
+            "baseline: the first tenth's, same run"),
+    ]

@@ -27,6 +27,7 @@ BENCHMARKS = ("ingest", "lookup", "middleware", "otlp", "memory")
 # (default, --quick) sizes
 SIZES = {
     "ingest_lines": (200_000, 20_000),
+    "small_files": (100_000, 5_000),
     "lookup_records": (10_000_000, 200_000),
     "middleware_seconds": (5, 2),
     "ttfb_requests": (1000, 200),
@@ -89,7 +90,7 @@ def main(argv: list[str] | None = None) -> None:
     notes: list[str] = []
     rows: list[Row] = []
     plan = {
-        "ingest": lambda: ingest.run(cfg, size("ingest_lines"), notes),
+        "ingest": lambda: ingest.run(cfg, size("ingest_lines"), size("small_files"), notes),
         "lookup": lambda: lookup.run(cfg, size("lookup_records"), notes),
         "middleware": lambda: middleware.run(cfg, size("middleware_seconds"), size("ttfb_requests"), notes),
         "otlp": lambda: otlp.run(cfg, size("otlp_spans"), args.phoenix, notes),

@@ -231,18 +231,22 @@ class Ingester:
         self.worker = worker  # the process the files come from, for formats that name none
         self.requests_every = requests_every
         self._requests_from = 0  # the first record the requests tables do not hold yet
+        self._batch = BatchBuilder()  # what was read and is not committed yet, of one file or many
+        self._aliases: dict[str, str] = {}  # other names of workers, learned since the last commit
 
     def ingest_paths(self, paths: list[str]) -> IngestResult:
-        """StoreFull when the disk fills up: what was committed until then stays, with each file's
-        position, and the same call goes on from there."""
+        """Read the files, many small ones into one transaction. StoreFull when the disk fills up:
+        what was committed until then stays, with each file's position, and the same call goes on
+        from there."""
         result = IngestResult()
         with disk_full_named(self.store.path):
             first_new = self._requests_from = self.store.allocate_record_ids(0)
             for path, named in expand_paths(paths, result.errors):
                 try:
-                    self.ingest_file(path, result, named=named)
+                    self._read_file(path, result, named=named)
                 except OSError as e:
                     result.errors.append(f"{path}: {e.strerror or e}")
+            self._commit(result)
             self._count_requests(result, first_new)
             self.store.settle_workers(first_new)
             if self.requests_every is not None:  # also brings tables an older trace-join built up to date
@@ -251,8 +255,15 @@ class Ingester:
 
     def ingest_file(self, path: Path, result: IngestResult, *, named: bool = True,
                     max_bytes: int | None = None) -> bool:
-        """Read the file from where its origin stopped. `max_bytes`: stop after the batch that
-        passes this many bytes (the collector's writer takes turns); True when it stopped early."""
+        """Read the file from where its origin stopped, and commit what was read. `max_bytes`:
+        stop after the batch that passes this many bytes (the collector's writer takes turns);
+        True when it stopped early."""
+        with disk_full_named(self.store.path):
+            more = self._read_file(path, result, named=named, max_bytes=max_bytes)
+            self._commit(result)
+        return more
+
+    def _read_file(self, path: Path, result: IngestResult, *, named: bool, max_bytes: int | None = None) -> bool:
         f, compressed = _open(path)
         with f:
             try:
@@ -272,14 +283,13 @@ class Ingester:
                     result.skipped.append(str(path))
                 return False
             origin = self._origin_for(path, module.NAME, head, compressed)
-            summary = result.by_source.setdefault(module.NAME, SourceSummary())
-            summary.files += 1
+            result.by_source.setdefault(module.NAME, SourceSummary()).files += 1
             if compressed:
                 f.rewind()
                 _skip(f, origin.consumed)
             else:
                 f.seek(origin.consumed)
-            return self._read(f, path, origin, module, summary, result, max_bytes)
+            return self._read(f, path, origin, module, result, max_bytes)
 
     def _origin_for(self, path: Path, source: str, head: bytes, compressed: bool) -> Origin:
         store = self.store
@@ -292,67 +302,74 @@ class Ingester:
             if origin is None:
                 continue
             if head_len < len(head):  # the file grew: recognize it by its longer head from now on
-                origin.head_len = len(head)
-                origin.fingerprint = hashlib.sha256(head).hexdigest()
-                store.con.execute(
-                    "UPDATE origins SET head_len = ?, fingerprint = ? WHERE origin_id = ?",
-                    [origin.head_len, origin.fingerprint, origin.origin_id],
-                )
+                store.recognize_by(origin, len(head), hashlib.sha256(head).hexdigest())
             origin.path = str(path)
             return origin
         return store.new_origin(str(path), source, len(head), hashlib.sha256(head).hexdigest())
 
-    def _read(self, f, path: Path, origin: Origin, module, summary: SourceSummary, result: IngestResult,
-              max_bytes: int | None) -> bool:
+    def _read(self, f, path: Path, origin: Origin, module, result: IngestResult, max_bytes: int | None) -> bool:
         given = {"worker": self.worker} if self.worker and getattr(module, "WORKER_FROM_USER", False) else {}
         parser = module.LineParser(str(path), **given)
         if origin.worker:
             parser.worker, parser.role = origin.worker, origin.role
-        batch = BatchBuilder(module.NAME, origin.origin_id)
+        batch = self._batch
+        batch.reading(module.NAME, origin)
         line_no = origin.lines
         start = consumed = flushed = origin.consumed
         max_line = getattr(module, "MAX_LINE", MAX_LINE)
-        for offset, line, length, terminated in iter_lines(f, origin.consumed, max_line):
-            line_no += 1
-            if line is None:
-                reason = f"line of {length} bytes is over the {max_line}-byte limit"
-            elif not terminated and getattr(f, "cut_short", None):
-                reason = "cut off with its gzip stream"
-            elif line.strip():
-                reason = _parse_into(batch, parser, line, offset)
-            else:
-                reason = None
-            if reason is not None:
-                if not terminated:
-                    # A last line without its newline may still be being written: it is read again
-                    # (and stored or quarantined, once) when the file has grown past it.
-                    result.held_back.append(f"{path}:{line_no} (byte {offset})")
-                    line_no -= 1
-                    break
-                batch.quarantine(str(path), offset, line_no, reason, line or b"")
-            consumed = offset + length + (1 if terminated else 0)
-            if len(batch) >= self.batch_records or consumed - flushed >= FLUSH_BYTES:
-                self._flush(batch, origin, parser, consumed, line_no, summary, result)
-                flushed = consumed
-                if max_bytes is not None and consumed - start >= max_bytes:
-                    return True
-        self._flush(batch, origin, parser, consumed, line_no, summary, result)
+        try:
+            for offset, line, length, terminated in iter_lines(f, origin.consumed, max_line):
+                line_no += 1
+                if line is None:
+                    reason = f"line of {length} bytes is over the {max_line}-byte limit"
+                elif not terminated and getattr(f, "cut_short", None):
+                    reason = "cut off with its gzip stream"
+                elif line.strip():
+                    reason = _parse_into(batch, parser, line, offset)
+                else:
+                    reason = None
+                if reason is not None:
+                    if not terminated:
+                        # A last line without its newline may still be being written: it is read
+                        # again (and stored or quarantined, once) when the file has grown past it.
+                        result.held_back.append(f"{path}:{line_no} (byte {offset})")
+                        line_no -= 1
+                        break
+                    batch.quarantine(str(path), offset, line_no, reason, line or b"")
+                consumed = offset + length + (1 if terminated else 0)
+                if len(batch) >= self.batch_records or consumed - flushed >= FLUSH_BYTES:
+                    self._reached(origin, parser, consumed, line_no)
+                    self._commit(result)
+                    batch.reading(module.NAME, origin)
+                    flushed = consumed
+                    if max_bytes is not None and consumed - start >= max_bytes:
+                        return True
+        finally:  # what the batch holds of this file is what it read up to here, even on an error
+            self._reached(origin, parser, consumed, line_no)
         if getattr(f, "cut_short", None):
             result.errors.append(f"{path}: {f.cut_short} after {consumed:,} bytes of its content: the lines "
                                  f"before are stored, and ingesting it again reads on from there")
         return False
 
-    def _flush(self, batch, origin, parser, consumed, line_no, summary, result) -> None:
+    def _reached(self, origin: Origin, parser, consumed: int, line_no: int) -> None:
+        """The batch holds the origin's records up to `consumed`: its position moves there, with
+        what the parser learned of the file, to be written with the batch."""
         self.progress(consumed - origin.consumed)
         origin.consumed, origin.lines = consumed, line_no
         origin.worker, origin.role = parser.worker, parser.role
-        n, quarantine_count = batch.record_count, batch.quarantine_count
+        self._aliases.update(getattr(parser, "aliases", {}))
+
+    def _commit(self, result: IngestResult) -> None:
+        batch = self._batch
+        for source, (records, quarantined) in batch.counts_by_source().items():
+            summary = result.by_source.setdefault(source, SourceSummary())
+            summary.records += records
+            summary.quarantined += quarantined
         aliases = [("INSERT OR REPLACE INTO worker_aliases VALUES (?, ?)", [alias, worker])
-                   for alias, worker in getattr(parser, "aliases", {}).items()]
-        quarantined = self.store.write_batch(origin, batch, also=aliases)
-        summary.records += n
-        summary.quarantined += quarantine_count
-        for i in range(min(quarantine_count, 5 - len(result.quarantine_samples))):
+                   for alias, worker in self._aliases.items()]
+        self._aliases = {}
+        quarantined = self.store.write_batch(batch, also=aliases)
+        for i in range(min(quarantined.num_rows, 5 - len(result.quarantine_samples))):
             q = quarantined.slice(i, 1).to_pylist()[0]
             result.quarantine_samples.append(f"{q['path']}:{q['line_no']} (byte {q['offset']}): {q['reason']}")
         if self.requests_every is not None:

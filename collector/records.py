@@ -8,11 +8,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from operator import attrgetter
+from typing import TYPE_CHECKING
 
 import orjson
 import pyarrow as pa
 
 from .ids import PARENT_SPAN, SPAN, derived
+
+if TYPE_CHECKING:
+    from .store import Origin
 
 # The store's integer columns are 64-bit: a time in ns holds 1677-09-21 to 2262-04-11.
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
@@ -102,21 +106,31 @@ _RECORD_FIELDS = [
 
 
 class BatchBuilder:
-    """Accumulates records with their positions, and quarantined lines; `tables` makes the
-    columns, one list comprehension per column (a few times faster than appending field by field
-    as records arrive)."""
+    """Accumulates records with their positions, and quarantined lines, from one origin or from
+    several in turn (ingest puts many small files in one transaction); `origins` are those whose
+    rows (their positions) are written with the batch. `tables` makes the columns, one list
+    comprehension per column (a few times faster than appending field by field as records arrive)."""
 
-    def __init__(self, source: str, origin_id: int):
-        self.source = source
-        self.origin_id = origin_id
+    def __init__(self, source: str | None = None, origin: Origin | None = None):
         self.clear()
+        if origin is not None:
+            self.reading(source, origin)
+
+    def reading(self, source: str, origin: Origin) -> None:
+        """Records and lines added from now on come from `origin`, as `source` read it."""
+        self._source, self._origin = source, origin
+        self.origins[origin.origin_id] = origin
 
     def clear(self) -> None:
+        """Empty the batch, origins included: `reading` goes on with one."""
         self._records: list[Record] = []
         self._attrs: list[str | None] = []
         self._offsets: list[int] = []
         self._seqs: list[int] = []
+        self._runs: list[list] = []  # [source, origin_id, records] of consecutive records, in order
         self._quarantine: dict[str, list] = {name: [] for name in QUARANTINE_SCHEMA.names}
+        self.origins: dict[int, Origin] = {}
+        self._source, self._origin = None, None
 
     def __len__(self) -> int:
         return len(self._records) + len(self._quarantine["reason"])
@@ -129,15 +143,29 @@ class BatchBuilder:
         self._attrs += attrs
         self._offsets += [offset] * len(records)
         self._seqs += range(len(records))
+        runs, origin_id = self._runs, self._origin.origin_id
+        if runs and runs[-1][1] == origin_id and runs[-1][0] == self._source:
+            runs[-1][2] += len(records)
+        else:
+            runs.append([self._source, origin_id, len(records)])
 
     def quarantine(self, path: str, offset: int, line_no: int, reason: str, excerpt: bytes) -> None:
         q = self._quarantine
-        q["origin_id"].append(self.origin_id)
+        q["origin_id"].append(self._origin.origin_id)
         q["path"].append(path)
         q["offset"].append(offset)
         q["line_no"].append(line_no)
         q["reason"].append(reason)
         q["excerpt"].append(excerpt[:200].decode("utf-8", "replace"))
+
+    def counts_by_source(self) -> dict[str, tuple[int, int]]:
+        """(records, quarantined lines) the batch holds, by source."""
+        counts: dict[str, list[int]] = {}
+        for source, _, n in self._runs:
+            counts.setdefault(source, [0, 0])[0] += n
+        for origin_id in self._quarantine["origin_id"]:
+            counts.setdefault(self.origins[origin_id].source, [0, 0])[1] += 1
+        return {source: (records, quarantined) for source, (records, quarantined) in counts.items()}
 
     @property
     def record_count(self) -> int:
@@ -155,8 +183,8 @@ class BatchBuilder:
         cols["offset"] = self._offsets
         cols["seq"] = self._seqs
         cols["record_id"] = record_ids
-        cols["source"] = [self.source] * len(records)
-        cols["origin_id"] = [self.origin_id] * len(records)
+        cols["source"] = [source for source, _, n in self._runs for _ in range(n)]
+        cols["origin_id"] = [origin_id for _, origin_id, n in self._runs for _ in range(n)]
         id_lists = list(map(_ids_and_edges, records))
         # Arrow flattens the records' lists of triples into columns in C: transposing a Python row
         # per id cost more than building the whole records table. (`values` of the new array is its

@@ -82,7 +82,7 @@ class Scraper:
         ).fetchall()
         if not rows:
             return
-        batch = BatchBuilder(SOURCE, origin.origin_id)
+        batch = BatchBuilder(SOURCE, origin)
         for number, raw in rows:
             try:
                 batch.add(records_from_perf_metrics_response(orjson.loads(raw), self.worker), number)
@@ -90,7 +90,7 @@ class Scraper:
                 batch.quarantine(self.url, number, number, str(e), raw)
             except Exception as e:  # noqa: BLE001 - as ingest does with a line no parser expected
                 batch.quarantine(self.url, number, number, f"unreadable answer ({type(e).__name__}: {e})", raw)
-        store.write_batch(origin, batch, also=[(
+        store.write_batch(batch, also=[(
             'UPDATE received SET body = NULL WHERE origin_id = ? AND "offset" <= ?', [origin.origin_id, rows[-1][0]]
         )])
 

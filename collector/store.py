@@ -10,6 +10,7 @@ position that runs ahead of what was stored.
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -254,6 +255,8 @@ class Origin:
     lines: int
     worker: str | None = None
     role: str | None = None
+    updated: float = 0.0  # seconds since the epoch when its position last moved
+
 
 
 class Store:
@@ -261,6 +264,9 @@ class Store:
         self.con = con
         self.path = path
         self._next_record_id: int | None = None
+        self._origins: dict[tuple[int, str], list[Origin]] | None = None
+        self._head_lengths: set[int] = set()
+        self._next_origin_id = 0
 
     def close(self) -> None:
         self.con.close()
@@ -338,29 +344,52 @@ class Store:
             self.con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION)])
 
     # -- origins -------------------------------------------------------------------------------
+    # The writer keeps every origin in memory, by (head_len, fingerprint): recognizing each of 100k
+    # small files with a query of its own cost more than reading it. Origins new or moved on are
+    # written with the batch that reaches their position (write_batch), and a failed write drops
+    # the copy, to be read again from the store.
 
-    def head_lengths(self) -> list[int]:
-        return [r[0] for r in self.con.execute("SELECT DISTINCT head_len FROM origins").fetchall()]
+    def _origins_by_head(self) -> dict[tuple[int, str], list[Origin]]:
+        if self._origins is None:
+            self._origins = {}
+            rows = self.con.execute(
+                "SELECT origin_id, path, source, head_len, fingerprint, consumed, lines, worker, role, "
+                "epoch(updated) FROM origins").fetchall()
+            for row in rows:
+                self._origins.setdefault((row[3], row[4]), []).append(Origin(*row))
+            self._next_origin_id = max((row[0] for row in rows), default=0) + 1
+            self._head_lengths = {head_len for head_len, _ in self._origins}
+        return self._origins
+
+    def head_lengths(self) -> set[int]:
+        """The lengths of head origins are known by (a few: files shorter than a head are rare)."""
+        self._origins_by_head()
+        return self._head_lengths
 
     def find_origin(self, head_len: int, fingerprint: str, size: int | None = None) -> Origin | None:
         """The origin whose first bytes hash so. `size`: the file's size now; an origin that read
         further is another file with the same start (the file was truncated). Of several, the one
         read last is the file being followed."""
-        row = self.con.execute(
-            "SELECT origin_id, path, source, head_len, fingerprint, consumed, lines, worker, role "
-            "FROM origins WHERE head_len = ? AND fingerprint = ? AND consumed <= coalesce(?, consumed) "
-            "ORDER BY updated DESC, consumed DESC LIMIT 1",
-            [head_len, fingerprint, size],
-        ).fetchone()
-        return Origin(*row) if row else None
+        candidates = [o for o in self._origins_by_head().get((head_len, fingerprint), ())
+                      if size is None or o.consumed <= size]
+        return max(candidates, key=lambda o: (o.updated, o.consumed), default=None)
 
     def new_origin(self, path: str, source: str, head_len: int, fingerprint: str) -> Origin:
-        origin_id = self.con.execute("SELECT coalesce(max(origin_id), 0) + 1 FROM origins").fetchone()[0]
-        self.con.execute(
-            "INSERT INTO origins VALUES (?, ?, ?, ?, ?, 0, 0, NULL, NULL, now())",
-            [origin_id, path, source, head_len, fingerprint],
-        )
-        return Origin(origin_id, path, source, head_len, fingerprint, 0, 0)
+        """An origin not stored yet: the first batch that reads from it stores it."""
+        origins = self._origins_by_head()
+        origin = Origin(self._next_origin_id, path, source, head_len, fingerprint, 0, 0, updated=time.time())
+        self._next_origin_id += 1
+        origins.setdefault((head_len, fingerprint), []).append(origin)
+        self._head_lengths.add(head_len)
+        return origin
+
+    def recognize_by(self, origin: Origin, head_len: int, fingerprint: str) -> None:
+        """From now on the origin is known by a longer head (its file grew past the old one)."""
+        origins = self._origins_by_head()
+        origins[(origin.head_len, origin.fingerprint)].remove(origin)
+        origin.head_len, origin.fingerprint = head_len, fingerprint
+        origins.setdefault((head_len, fingerprint), []).append(origin)
+        self._head_lengths.add(head_len)
 
     # -- writes --------------------------------------------------------------------------------
 
@@ -397,9 +426,8 @@ class Store:
         self._next_record_id += n
         return first
 
-    def write_batch(self, origin: Origin, batch: BatchBuilder,
-                    also: Sequence[tuple[str, list | dict]] = ()) -> pa.Table:
-        """Store one batch and the origin position it reaches, atomically, and empty the batch;
+    def write_batch(self, batch: BatchBuilder, also: Sequence[tuple[str, list | dict]] = ()) -> pa.Table:
+        """Store one batch and the positions its origins reach, atomically, and empty the batch;
         `also`: more (sql, parameters) statements that must commit or fail with it. Returns the
         batch's quarantined lines.
 
@@ -408,6 +436,7 @@ class Store:
         con = self.con
         try:
             records, ids, quarantined = batch.tables(self.allocate_record_ids(batch.record_count))
+            origins = _origins_table(batch.origins.values())
             batch.clear()
             with transaction(con):
                 _insert(con, "records", records)
@@ -415,28 +444,46 @@ class Store:
                 _insert(con, "quarantine", quarantined)
                 for sql, parameters in also:
                     con.execute(sql, parameters)
-                con.execute(
-                    "UPDATE origins SET consumed = ?, lines = ?, worker = ?, role = ?, path = ?, updated = now() "
-                    "WHERE origin_id = ?",
-                    [origin.consumed, origin.lines, origin.worker, origin.role, origin.path, origin.origin_id],
-                )
+                _insert(con, "origins", origins, sql="INSERT OR REPLACE INTO origins SELECT * EXCLUDE (updated_us), "
+                                                     "make_timestamp(updated_us) FROM batch_origins")
         except BaseException:
             self._next_record_id = None  # the ids it took were not stored
+            self._origins = None  # nor the positions its origins were moved to
             raise
         del records, ids
         id_index.compact(con)
         return quarantined
 
 
-def _insert(con, table: str, rows, then=None) -> None:
-    """Insert an Arrow table's rows into `table` by column name (nothing for None or no rows);
-    `then(con, name)` runs while the rows are registered under `name`."""
+def _origins_table(origins) -> pa.Table:
+    import pyarrow as pa
+
+    origins = list(origins)
+    now = time.time()
+    for origin in origins:
+        origin.updated = now
+    return pa.table({
+        "origin_id": pa.array([o.origin_id for o in origins], pa.int32()),
+        **{name: [getattr(o, name) for o in origins] for name in ("path", "source")},
+        "head_len": pa.array([o.head_len for o in origins], pa.int32()),
+        "fingerprint": [o.fingerprint for o in origins],
+        "consumed": pa.array([o.consumed for o in origins], pa.int64()),
+        "lines": pa.array([o.lines for o in origins], pa.int64()),
+        "worker": pa.array([o.worker for o in origins], pa.string()),
+        "role": pa.array([o.role for o in origins], pa.string()),
+        "updated_us": pa.array([int(now * 1e6)] * len(origins), pa.int64()),
+    })
+
+
+def _insert(con, table: str, rows, then=None, sql: str | None = None) -> None:
+    """Insert an Arrow table's rows into `table` by column name, or by `sql` (nothing for None or
+    no rows); `then(con, name)` runs while the rows are registered under `name`."""
     if rows is None or not rows.num_rows:
         return
     name = f"batch_{table}"
     con.register(name, rows)
     try:
-        con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM {name}")
+        con.execute(sql or f"INSERT INTO {table} BY NAME SELECT * FROM {name}")
         if then is not None:
             then(con, name)
     finally:

@@ -181,7 +181,7 @@ class Writer:
         first = group[0].item
         origin = self.origin(first.origin, first.source)
         stored = self._already_stored([w.item.sha256 for w in group])
-        batch = BatchBuilder(first.source, origin.origin_id)
+        batch = BatchBuilder(first.source, origin)
         offsets, digests, raws = [], [], []
         number = origin.consumed
         for work in group:
@@ -198,7 +198,7 @@ class Writer:
             before = origin.consumed
             origin.consumed = number
             try:
-                self.store.write_batch(origin, batch, also=[(_INSERT_RECEIVED, {
+                self.store.write_batch(batch, also=[(_INSERT_RECEIVED, {
                     "origin": origin.origin_id, "offsets": offsets, "digests": digests, "raw": raws})])
             except BaseException:
                 origin.consumed = before  # nothing was stored: the numbers are free again

@@ -20,7 +20,7 @@ def write_requests(store, batches: int, per_batch: int) -> list[str]:
     origin = store.new_origin("app.jsonl", "tracejoin_jsonl", 0, uuid.uuid4().hex)
     internal_ids = []
     for b in range(batches):
-        batch = BatchBuilder("tracejoin_jsonl", origin.origin_id)
+        batch = BatchBuilder("tracejoin_jsonl", origin)
         for i in range(per_batch):
             record = Record(kind="log", name="request.start")
             internal_ids.append(str(uuid.uuid4()))
@@ -29,7 +29,7 @@ def write_requests(store, batches: int, per_batch: int) -> list[str]:
             record.add_id("trace_id", uuid.uuid4().hex)
             batch.add([record], offset=b * per_batch + i)
         origin.consumed += per_batch
-        store.write_batch(origin, batch)
+        store.write_batch(batch)
     return internal_ids
 
 

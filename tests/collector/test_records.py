@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from tracejoin.collector.ids import ENGINE_REQUEST_ID, INTERNAL_ID, PARENT_SPAN, REPLY_ID, SPAN, TRACE_ID
 from tracejoin.collector.records import IDS_SCHEMA, BatchBuilder, Record
+from tracejoin.collector.store import Origin
 
 T = "809d4580aaed41565abc38d58f77f840"
 
@@ -23,8 +24,11 @@ def records() -> list[Record]:
     return [plain, reply, scoped, span, child, plain, untraced]
 
 
+ORIGIN = Origin(1, "x.log", "test", 0, "", 0, 0)
+
+
 def test_ids_rows_record_by_record():
-    batch = BatchBuilder("test", 1)
+    batch = BatchBuilder("test", ORIGIN)
     for offset, record in enumerate(records()):
         batch.add([record], offset)
     _, ids, _ = batch.tables(1000)
@@ -41,7 +45,7 @@ def test_ids_rows_record_by_record():
 
 
 def test_a_batch_without_records():
-    batch = BatchBuilder("test", 1)
+    batch = BatchBuilder("test", ORIGIN)
     batch.quarantine("x.log", 0, 1, "unreadable", b"?")
     records, ids, quarantined = batch.tables(7)
     assert (records.num_rows, ids.num_rows, quarantined.num_rows) == (0, 0, 1)

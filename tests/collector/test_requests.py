@@ -129,14 +129,15 @@ def test_requests_updated_as_records_arrive_are_those_of_one_build(tmp_path, mon
     monkeypatch.setattr(requests, "PARALLEL_BUILD_RECORDS", 20)
     tables = ("SELECT * FROM request_records ORDER BY record_id", "SELECT * FROM requests ORDER BY request_id")
     for name, order in (("in order", files), ("reversed", files[::-1])):
-        with open_store(tmp_path / f"{name}.duckdb") as store:
-            for every in (3, 17):
+        for every in (3, 17):
+            with open_store(tmp_path / f"{name}.duckdb") as store:
                 Ingester(store, batch_records=5, requests_every=every).ingest_paths([str(p) for p in order])
                 updated = [store.con.execute(q).fetchall() for q in tables]
                 requests.persist_requests(store)  # the whole store, from nothing
                 whole = [store.con.execute(q).fetchall() for q in tables]
                 assert updated == whole, (name, every)
                 assert len(whole[1]) >= 10 and any(row for row in whole[1] if row[-3])  # requests, a collided one
+                # emptied behind the writer's back: the next round opens it again
                 store.con.execute("DELETE FROM meta WHERE key = 'requests_state'")
                 for table in ("records", "record_ids", "origins", "worker_aliases", "worker_roles", "id_tail"):
                     store.con.execute(f"DELETE FROM {table}")
