@@ -107,6 +107,7 @@ def many_files_run(cfg: Config, count: int) -> list[Row]:
     for _ in range(cfg.runs):
         start = time.perf_counter()
         con = duckdb.connect(str(_fresh(cfg.data / "read_json_small.duckdb")))
+        con.execute("SET enable_progress_bar = false")
         con.execute(f"CREATE TABLE lines AS SELECT * FROM read_json('{cfg.data / 'small-files'}/tenth-*/*.jsonl', "
                     f"format='newline_delimited')")
         con.close()
