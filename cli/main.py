@@ -22,6 +22,12 @@ app = typer.Typer(
 
 DbOption = typer.Option(None, "--db", help="DuckDB store (default: $TRACEJOIN_DB, else ./tracejoin.duckdb)")
 JsonOption = typer.Option(False, "--json", help="Print JSON for scripts.")
+KeepContentOption = typer.Option(
+    False, "--keep-content",
+    help="Store the prompt and reply text OTLP spans and log records carry (GenAI message, tool-call and "
+         "retrieval attributes, GenAI event bodies) instead of only its length. Risk: the store and its "
+         "snapshot then hold what users sent the model and what it answered (personal data, secrets), for "
+         "anyone who can read them.")
 
 
 class Failure(Exception):
@@ -87,6 +93,7 @@ def ingest(
     worker: Optional[str] = typer.Option(
         None, help="The process these files come from (host:port), for formats that do not name it: "
                    "TensorRT-LLM text logs, legacy /perf_metrics arrays."),
+    keep_content: bool = KeepContentOption,
 ):
     """Read log, span, trace and perf files into the store. Reading the same bytes again adds nothing."""
     long_running()
@@ -99,7 +106,8 @@ def ingest(
         with render.byte_progress(paths) as progress:
             try:
                 # the requests tables dashboards read, kept up to date as the files go in
-                ingester = Ingester(store, progress=progress, worker=worker, requests_every=REQUESTS_EVERY)
+                ingester = Ingester(store, progress=progress, worker=worker, requests_every=REQUESTS_EVERY,
+                                    keep_content=keep_content)
                 result = ingester.ingest_paths(paths)
             except (InputError, StoreError) as e:
                 raise Failure(str(e)) from None
@@ -194,6 +202,7 @@ def collect(
                                         help="Bearer token the OTLP receivers require."),
     max_body: int = typer.Option(20 << 20, "--max-body", metavar="BYTES",
                                  help="Largest OTLP request, before and after decompression."),
+    keep_content: bool = KeepContentOption,
 ):
     """Receive OTLP, follow files, poll /perf_metrics, and store it all as it comes, until SIGTERM or
     Ctrl-C. Reads (lookup, requests, coverage) keep working meanwhile (docs/collector.md)."""
@@ -209,7 +218,7 @@ def collect(
         otlp_grpc=None if otlp_grpc == "off" else otlp_grpc,
         otlp_http=None if otlp_http == "off" else otlp_http,
         watch=watch, scrape=scrape, scrape_interval_s=scrape_interval, snapshot_interval_s=snapshot_interval,
-        token=token, max_body=max_body,
+        token=token, max_body=max_body, keep_content=keep_content,
     )
     try:
         run_collector(config, say=lambda line: print(visible(line), flush=True),

@@ -46,6 +46,7 @@ class CollectConfig:
     snapshot_interval_s: float = INTERVAL_S
     token: str | None = None
     max_body: int = MAX_BODY
+    keep_content: bool = False  # store prompt and reply text as sent (sources/otlp_json.py)
 
 
 class CollectError(Exception):
@@ -78,17 +79,19 @@ def collect(config: CollectConfig, say: Callable[[str], None], report: Callable[
         endpoint = write_endpoint_file(store.path, f"http://{queries.address}", token)
         if config.otlp_grpc:
             grpc_server = _start(lambda: OtlpGrpcServer(writer, config.otlp_grpc, max_body=config.max_body,
-                                                        token=config.token), f"OTLP/gRPC on {config.otlp_grpc}")
+                                                        token=config.token, keep_content=config.keep_content),
+                                 f"OTLP/gRPC on {config.otlp_grpc}")
             receivers.append(grpc_server)
             say(f"otlp-grpc  {grpc_server.address}")
         if config.otlp_http:
-            app = otlp_http_app(writer, max_body=config.max_body, token=config.token)
+            app = otlp_http_app(writer, max_body=config.max_body, token=config.token, keep_content=config.keep_content)
             http_server = _start(lambda: HttpServer(app, config.otlp_http, limit_concurrency=HTTP_CONCURRENCY),
                                  f"OTLP/HTTP on {config.otlp_http}")
             receivers.append(http_server)
             say(f"otlp-http  http://{http_server.address}  (/v1/traces, /v1/logs)")
         if config.watch:
-            threads.append(_thread("tailer", Tailer(writer, config.watch, report).run, stop))
+            tailer = Tailer(writer, config.watch, report, keep_content=config.keep_content)
+            threads.append(_thread("tailer", tailer.run, stop))
             for path in config.watch:
                 say(f"watch      {path}")
         for url in config.scrape:

@@ -224,12 +224,13 @@ class Ingester:
 
     def __init__(self, store: Store, progress: Callable[[int], None] | None = None,
                  batch_records: int = BATCH_RECORDS, worker: str | None = None,
-                 requests_every: int | None = None):
+                 requests_every: int | None = None, keep_content: bool = False):
         self.store = store
         self.progress = progress or (lambda n: None)
         self.batch_records = batch_records
         self.worker = worker  # the process the files come from, for formats that name none
         self.requests_every = requests_every
+        self.keep_content = keep_content  # prompt and reply text, for formats that would store it
         self._requests_from = 0  # the first record the requests tables do not hold yet
         self._batch = BatchBuilder()  # what was read and is not committed yet, of one file or many
         self._aliases: dict[str, str] = {}  # other names of workers, learned since the last commit
@@ -309,6 +310,8 @@ class Ingester:
 
     def _read(self, f, path: Path, origin: Origin, module, result: IngestResult, max_bytes: int | None) -> bool:
         given = {"worker": self.worker} if self.worker and getattr(module, "WORKER_FROM_USER", False) else {}
+        if self.keep_content and getattr(module, "CONTENT_FROM_USER", False):
+            given["keep_content"] = True
         parser = module.LineParser(str(path), **given)
         if origin.worker:
             parser.worker, parser.role = origin.worker, origin.role

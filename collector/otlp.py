@@ -135,11 +135,12 @@ class Decoded:
 
 class Receiver:
     """What both receivers share: one parser per receiver (it remembers the identities of the
-    services it has seen, as it does along a file) and the origin their records are stored under."""
+    services it has seen, as it does along a file) and the origin their records are stored under.
+    `keep_content`: store prompt and reply text as sent (otlp_json.LineParser)."""
 
-    def __init__(self, origin: str):
+    def __init__(self, origin: str, keep_content: bool = False):
         self.origin = origin
-        self.parser = otlp_json.LineParser()
+        self.parser = otlp_json.LineParser(keep_content=keep_content)
 
     def decode_protobuf(self, signal: Signal, body: bytes) -> Decoded:
         try:

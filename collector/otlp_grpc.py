@@ -36,13 +36,14 @@ MAX_CONCURRENT_CALLS = 32
 
 
 class OtlpGrpcServer:
-    def __init__(self, writer: Writer, listen: str, *, max_body: int = MAX_BODY, token: str | None = None):
+    def __init__(self, writer: Writer, listen: str, *, max_body: int = MAX_BODY, token: str | None = None,
+                 keep_content: bool = False):
         self._server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix="otlp-grpc"),
             maximum_concurrent_rpcs=MAX_CONCURRENT_CALLS,
             options=[("grpc.max_receive_message_length", max_body)],
         )
-        receiver = Receiver(ORIGIN)
+        receiver = Receiver(ORIGIN, keep_content)
         for signal in (TRACES, LOGS):
             # Requests reach Export as the bytes the client sent: their sha256 recognizes a retry,
             # and bytes that are not an export request are answered INVALID_ARGUMENT.

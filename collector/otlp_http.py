@@ -39,8 +39,9 @@ class TooLarge(Exception):
     pass
 
 
-def otlp_http_app(writer: Writer, *, max_body: int = MAX_BODY, token: str | None = None) -> Starlette:
-    receiver = Receiver(ORIGIN)
+def otlp_http_app(writer: Writer, *, max_body: int = MAX_BODY, token: str | None = None,
+                  keep_content: bool = False) -> Starlette:
+    receiver = Receiver(ORIGIN, keep_content)
 
     async def export(request: Request, signal: Signal) -> Response:
         fmt = _FORMATS.get(request.headers.get("content-type", "").split(";")[0].strip().lower())

@@ -33,11 +33,12 @@ BATCH_RECORDS = 5_000
 
 
 class Tailer:
-    def __init__(self, writer: Writer, paths: list[str], report: Callable[[str], None]):
+    def __init__(self, writer: Writer, paths: list[str], report: Callable[[str], None], keep_content: bool = False):
         self.writer = writer
         self.paths = paths
         self.report = report
-        self._ingester = Ingester(writer.store, batch_records=BATCH_RECORDS)  # used on the writer thread only
+        # used on the writer thread only
+        self._ingester = Ingester(writer.store, batch_records=BATCH_RECORDS, keep_content=keep_content)
         self._seen: dict[Path, tuple[int, int, int]] = {}  # (inode, size, mtime) when last read to its end
         self._reported: set[str] = set()
 

@@ -8,6 +8,9 @@ A module provides:
     MAX_LINE: int (optional)                     longest line read, in bytes (default 1 MiB)
     WORKER_FROM_USER: bool (optional)            the format names no process: LineParser(path,
                                                  worker=...) takes the one `ingest --worker` gives
+    CONTENT_FROM_USER: bool (optional)           the format may carry prompt and reply text, which
+                                                 LineParser(path, keep_content=True) stores when
+                                                 `--keep-content` asks
     LineParser(path: str)                        one per file: .parse(line) -> list[Record],
                                                  raising Unparseable(reason) for a bad line;
                                                  .worker / .role: identity learned for the file;

@@ -30,6 +30,9 @@ from .parsing import Unparseable, load_object
 NAME = "otlp_json"
 # One line is one export batch: thousands of spans. The OTLP/HTTP spec recommends accepting 20 MiB.
 MAX_LINE = 64 << 20
+# Spans and log records may carry prompt and reply text: LineParser(path, keep_content=True)
+# stores it when `--keep-content` asks (CONTENT_ATTRIBUTES below).
+CONTENT_FROM_USER = True
 ENTRY_ROLES = {"router", "frontend", "agg", "proxy"}
 
 # TensorRT-LLM's disaggregated server names its one span so, with no attributes (§12).
@@ -60,6 +63,36 @@ _ID_ATTRIBUTES = {
     "tracejoin.disagg_request_id": DISAGG_REQUEST_ID,
     "disagg_request_id": DISAGG_REQUEST_ID,
 }
+
+# Prompt and reply text is not stored unless the user asks (`--keep-content`), as the other sources
+# store none of the prompt and reply fields they read. These are the attributes the GenAI semantic
+# conventions mark as content (opt-in, "may contain sensitive information"), with the legacy
+# `gen_ai.prompt` / `gen_ai.completion` that the oldest conventions' events carried.
+CONTENT_ATTRIBUTES = frozenset({
+    "gen_ai.input.messages", "gen_ai.output.messages", "gen_ai.system_instructions", "gen_ai.tool.definitions",
+    "gen_ai.tool.call.arguments", "gen_ai.tool.call.result",
+    "gen_ai.retrieval.query.text", "gen_ai.retrieval.documents",
+    "gen_ai.memory.query.text", "gen_ai.memory.records",
+    "gen_ai.prompt", "gen_ai.completion",
+})
+# Instrumentations such as OpenLLMetry flatten messages into indexed attributes
+# (`gen_ai.prompt.0.content`, `gen_ai.completion.0.tool_calls.1.arguments`). Everything under an
+# index is taken for text except what names or describes the message, so a field of a name not
+# listed here is left out rather than kept; `N` stands for any index.
+_INDEXED_MESSAGES = ("gen_ai.prompt.", "gen_ai.completion.")
+_INDEXED_NOT_CONTENT = frozenset({
+    "role", "type", "id", "name", "finish_reason", "tool_call_id",
+    "tool_calls.N.id", "tool_calls.N.type", "tool_calls.N.name", "function_call.name",
+})
+# GenAI events (gen_ai.user.message, gen_ai.choice, ...) carry their messages in their body.
+_CONTENT_EVENT_PREFIX = "gen_ai."
+# Where a record counts the text it was sent and does not keep: {attribute or "body": characters}.
+CONTENT_CHARS = "content_chars"
+# Attribute keys repeat from span to span, so the keys seen to hold no text are remembered: a span
+# whose keys are all known ones is checked with one set lookup per key, in C. Only so many keys, of
+# up to so many characters, so that keys a sender makes up cannot grow it without end.
+_PLAIN_KEYS_MAX = 4096
+_PLAIN_KEY_CHARS = 256
 
 
 def sniff(path: str, head: list[bytes]) -> bool:
@@ -278,11 +311,38 @@ def _resource(block, what: str, scopes: tuple[str, str], items: tuple[str, str],
     return resource_attrs, read_items
 
 
+def is_content(key: str) -> bool:
+    """Whether an attribute of this key holds prompt or reply text (CONTENT_ATTRIBUTES and their
+    indexed forms)."""
+    if key in CONTENT_ATTRIBUTES:
+        return True
+    if not key.startswith(_INDEXED_MESSAGES):
+        return False
+    _, _, index, *field = key.split(".")
+    if not index.isdigit():
+        return False  # gen_ai.prompt.name names a prompt template; it holds no text
+    return ".".join("N" if part.isdigit() else part for part in field) not in _INDEXED_NOT_CONTENT
+
+
+def _chars(value) -> int | None:
+    """The length of text left out, in characters: of the text, or of its JSON when structured."""
+    if isinstance(value, str):
+        return len(value)
+    try:
+        return len(orjson.dumps(value).decode())
+    except orjson.JSONEncodeError:  # an integer over 64 bits, nesting past 254 levels: no length known
+        return None
+
+
 class LineParser:
-    def __init__(self, path: str | None = None):
+    """`keep_content`: store prompt and reply text as it was sent, instead of its length."""
+
+    def __init__(self, path: str | None = None, keep_content: bool = False):
         self.worker: str | None = None  # an OTLP file mixes processes: identity is per resource
         self.role: str | None = None
+        self.keep_content = keep_content
         self._identity_by_service: dict[str, tuple[str, str | None]] = {}
+        self._plain_keys: set[str] = set()  # attribute keys seen that hold no text
 
     def parse(self, line: bytes) -> list[Record]:
         return self.decode(load_object(line))
@@ -342,7 +402,7 @@ class LineParser:
         return worker, role
 
     def _span(self, span: Span, worker: str | None, role: str | None) -> Record:
-        attrs = span.attrs
+        attrs, content = self._without_content(span.attrs)
         if span.name == _TRTLLM_DISAGG_SPAN:
             role = role or "router"
         start, end = span.start_ns, span.end_ns
@@ -366,13 +426,25 @@ class LineParser:
         if http_status is not None:
             record.status = str(http_status)
         self._ids(record, attrs, worker)
+        # Events keep their name and time only: text in their attributes is never stored.
         extra = {"span_kind": _SPAN_KINDS.get(span.kind, str(span.kind)), "scope": span.scope,
-                 "status_message": span.status_message, "events": span.events, **_trtllm_span_attrs(attrs)}
+                 "status_message": span.status_message, "events": span.events, CONTENT_CHARS: content,
+                 **_trtllm_span_attrs(attrs)}
         record.attrs = {**attrs, **{k: v for k, v in extra.items() if v is not None}}
         return record
 
     def _log(self, log: Log, worker: str | None, role: str | None) -> Record:
-        name = log.body if isinstance(log.body, str) else (log.event_name or "")
+        attrs, content = self._without_content(log.attrs)
+        body = log.body
+        event = log.event_name or attrs.get("event.name")  # the attribute: SDKs before LogRecord.event_name
+        if body is not None and isinstance(event, str) and event.startswith(_CONTENT_EVENT_PREFIX):
+            name = event  # its body is its messages
+            if self.keep_content:
+                attrs = {**attrs, "body": body}
+            else:
+                content = {**(content or {}), "body": _chars(body)}
+        else:
+            name = body if isinstance(body, str) else (log.event_name or "")
         record = Record(
             kind="log",
             name=name if isinstance(name, str) else orjson.dumps(name).decode(),
@@ -383,9 +455,28 @@ class LineParser:
             trace_id=log.trace_id,
             span_id=log.span_id,
         )
-        self._ids(record, log.attrs, worker)
-        record.attrs = {**log.attrs, "scope": log.scope} if log.scope else (log.attrs or None)
+        self._ids(record, attrs, worker)
+        extra = {k: v for k, v in (("scope", log.scope), (CONTENT_CHARS, content)) if v}
+        record.attrs = {**attrs, **extra} if extra else (attrs or None)
         return record
+
+    def _without_content(self, attrs: dict) -> tuple[dict, dict | None]:
+        """The attributes without their text, and the characters of each one left out (None when
+        none was); the attributes as they are when the user keeps content."""
+        plain = self._plain_keys
+        if self.keep_content or attrs.keys() <= plain:
+            return attrs, None
+        kept, content = {}, {}
+        for key, value in attrs.items():
+            if key in plain:
+                kept[key] = value
+            elif is_content(key):
+                content[key] = _chars(value)
+            else:
+                kept[key] = value
+                if len(plain) < _PLAIN_KEYS_MAX and len(key) <= _PLAIN_KEY_CHARS:
+                    plain.add(key)
+        return (kept, content) if content else (attrs, None)
 
     @staticmethod
     def _ids(record: Record, attrs: dict, worker: str | None) -> None:
