@@ -185,6 +185,14 @@ def quarantine(db: Optional[str] = DbOption, as_json: bool = JsonOption, limit: 
     render.table_of_rows(_query(db, "quarantine", limit=limit), as_json, title="quarantined lines")
 
 
+def _seconds(value: float) -> float:
+    """A duration option's value: over 0 (0, a negative or nan would make its loop spin) and at
+    most a day (a timer cannot wait for ever)."""
+    if not 0 < value <= 86400:
+        raise typer.BadParameter(f"{value:g} is not a duration over 0 s and at most a day (86400 s)")
+    return value
+
+
 @app.command()
 def collect(
     db: Optional[str] = DbOption,
@@ -195,13 +203,23 @@ def collect(
     watch: List[str] = typer.Option([], "--watch", metavar="PATH", help="A file or folder to follow; repeatable."),
     scrape: List[str] = typer.Option([], "--scrape", metavar="URL",
                                      help="A legacy TensorRT-LLM /perf_metrics URL to poll; repeatable."),
-    scrape_interval: float = typer.Option(2.0, "--scrape-interval", metavar="S", help="Seconds between polls."),
-    snapshot_interval: float = typer.Option(30.0, "--snapshot-interval", metavar="S",
+    scrape_interval: float = typer.Option(2.0, "--scrape-interval", metavar="S", callback=_seconds,
+                                          help="Seconds between polls."),
+    snapshot_interval: float = typer.Option(30.0, "--snapshot-interval", metavar="S", callback=_seconds,
                                             help="Seconds between read-only copies at DB.snapshot.duckdb."),
     token: Optional[str] = typer.Option(None, "--token", envvar="TRACEJOIN_TOKEN",
                                         help="Bearer token the OTLP receivers require."),
-    max_body: int = typer.Option(20 << 20, "--max-body", metavar="BYTES",
+    max_body: int = typer.Option(20 << 20, "--max-body", metavar="BYTES", min=1, max=(1 << 31) - 1,
                                  help="Largest OTLP request, before and after decompression."),
+    intake_budget: int = typer.Option(512 << 20, "--intake-budget", metavar="BYTES", min=1,
+                                      help="Memory the OTLP requests being read, decoded and stored may hold "
+                                           "at once; more are told to retry later."),
+    max_connections: int = typer.Option(256, "--max-connections", metavar="N", min=1,
+                                        help="OTLP/HTTP connections open at once; more are closed at once."),
+    header_timeout: float = typer.Option(10.0, "--header-timeout", metavar="S", callback=_seconds,
+                                         help="Seconds an OTLP/HTTP client has to send a request's head."),
+    body_timeout: float = typer.Option(30.0, "--body-timeout", metavar="S", callback=_seconds,
+                                       help="Seconds an OTLP/HTTP client has to send a body, from its head."),
     keep_content: bool = KeepContentOption,
 ):
     """Receive OTLP, follow files, poll /perf_metrics, and store it all as it comes, until SIGTERM or
@@ -211,14 +229,21 @@ def collect(
 
     from tracejoin.cli.render import visible
     from tracejoin.collector.collect import CollectConfig, CollectError, collect as run_collector
+    from tracejoin.collector.http_server import Limits
+    from tracejoin.collector.otlp import IntakeBudget
     from tracejoin.collector.store import StoreError, default_db_path
 
+    needed = IntakeBudget.needed(max_body)
+    if intake_budget < needed:
+        raise Failure(f"--intake-budget {intake_budget} cannot hold one body of --max-body {max_body}: "
+                      f"it needs at least {needed} bytes ({needed / (1 << 20):.0f} MiB)")
     config = CollectConfig(
         db=Path(db or default_db_path()),
         otlp_grpc=None if otlp_grpc == "off" else otlp_grpc,
         otlp_http=None if otlp_http == "off" else otlp_http,
         watch=watch, scrape=scrape, scrape_interval_s=scrape_interval, snapshot_interval_s=snapshot_interval,
-        token=token, max_body=max_body, keep_content=keep_content,
+        token=token, max_body=max_body, keep_content=keep_content, intake_budget=intake_budget,
+        http_limits=Limits(max_connections, header_timeout, body_timeout),
     )
     try:
         run_collector(config, say=lambda line: print(visible(line), flush=True),

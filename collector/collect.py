@@ -20,8 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from .http_server import HttpServer
-from .otlp import MAX_BODY
+from tracejoin.middleware.proxy import ListenError
+
+from .http_server import HttpServer, Limits
+from .otlp import INTAKE_BUDGET, MAX_BODY, IntakeBudget
 from .otlp_grpc import OtlpGrpcServer
 from .otlp_http import otlp_http_app
 from .query_server import new_token, query_app, write_endpoint_file
@@ -31,8 +33,6 @@ from .snapshot import INTERVAL_S, Snapshotter, publish, snapshot_path
 from .store import Store, open_store
 from .tailer import Tailer
 from .writer import Writer
-
-HTTP_CONCURRENCY = 32  # OTLP/HTTP requests served at once; more are answered 503
 
 
 @dataclass
@@ -46,6 +46,8 @@ class CollectConfig:
     snapshot_interval_s: float = INTERVAL_S
     token: str | None = None
     max_body: int = MAX_BODY
+    intake_budget: int = INTAKE_BUDGET  # bytes both receivers' bodies may hold at once (otlp.IntakeBudget)
+    http_limits: Limits = Limits()  # of the OTLP/HTTP receiver's connections
     keep_content: bool = False  # store prompt and reply text as sent (sources/otlp_json.py)
 
 
@@ -69,6 +71,7 @@ def collect(config: CollectConfig, say: Callable[[str], None], report: Callable[
         with readers_lock:
             return Store(readers.cursor(), store.path)
 
+    budget = IntakeBudget(config.intake_budget)
     receivers: list = []
     threads: list[threading.Thread] = []
     queries = None
@@ -79,13 +82,15 @@ def collect(config: CollectConfig, say: Callable[[str], None], report: Callable[
         endpoint = write_endpoint_file(store.path, f"http://{queries.address}", token)
         if config.otlp_grpc:
             grpc_server = _start(lambda: OtlpGrpcServer(writer, config.otlp_grpc, max_body=config.max_body,
-                                                        token=config.token, keep_content=config.keep_content),
+                                                        token=config.token, keep_content=config.keep_content,
+                                                        budget=budget),
                                  f"OTLP/gRPC on {config.otlp_grpc}")
             receivers.append(grpc_server)
             say(f"otlp-grpc  {grpc_server.address}")
         if config.otlp_http:
-            app = otlp_http_app(writer, max_body=config.max_body, token=config.token, keep_content=config.keep_content)
-            http_server = _start(lambda: HttpServer(app, config.otlp_http, limit_concurrency=HTTP_CONCURRENCY),
+            app = otlp_http_app(writer, max_body=config.max_body, token=config.token,
+                                keep_content=config.keep_content, budget=budget)
+            http_server = _start(lambda: HttpServer(app, config.otlp_http, limits=config.http_limits),
                                  f"OTLP/HTTP on {config.otlp_http}")
             receivers.append(http_server)
             say(f"otlp-http  http://{http_server.address}  (/v1/traces, /v1/logs)")
@@ -133,7 +138,7 @@ def _start(make: Callable, what: str):
     try:
         server = make()
         server.start()
-    except (OSError, RuntimeError, ValueError) as e:
+    except (OSError, RuntimeError, ValueError, ListenError) as e:
         raise CollectError(f"cannot start {what}: {getattr(e, 'strerror', None) or e}") from None
     return server
 

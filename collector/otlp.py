@@ -4,29 +4,40 @@ Spans and log records that arrive over the network become the same records as th
 from a file: the OTLP JSON source (sources/otlp_json.py) reads JSON bodies, and makes the records of
 protobuf bodies too, from the `Span`s and `Log`s read here straight from their messages (going
 through protobuf's JSON mapping instead cost more than all the rest of the decode). When some spans
-or log records cannot be read, the others are kept and the answer is a partial success: how many
-were rejected, and the first reason.
+or log records cannot be read, or hold a value the store cannot, the others are kept and the
+answer is a partial success: how many were rejected, and the first reason.
+
+Both receivers also share the intake budget (IntakeBudget), which bounds the memory of the
+requests in progress.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
+import threading
+from concurrent.futures import Future
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 from google.protobuf.message import DecodeError, Message
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
-from .records import Record
+from .records import Record, check_storable
 from .sources import otlp_json
 from .sources.otlp_json import Log, Span, id_hex
 from .sources.parsing import Unparseable, load_object
-from .writer import Body
+from .writer import Body, Busy
 
 SOURCE = otlp_json.NAME
 MAX_BODY = 20 << 20  # the limit the OTLP spec recommends, before and after decompression
+INTAKE_BUDGET = 512 << 20  # memory received bodies may hold at once (IntakeBudget)
+# What a body weighs in memory, per byte received, from its reading to its commit: the body, what
+# its decoding builds (protobuf's message, the spans, the records) and the records' tables. Measured
+# on SDK exports of small spans, the heaviest per byte; a protobuf byte becomes more than a JSON one.
+WEIGHT = {"protobuf": 24, "json": 16}
 
 
 # -- protobuf messages to the OTLP JSON source's spans and log records --------------------------
@@ -184,19 +195,27 @@ class Receiver:
 
 
 def _decode(decode: Callable[[object], list[Record]], export, singles: Callable[[], Iterable]) -> Decoded:
-    """The records of an export; when some item of it cannot be read, those of each of `singles()`
-    (the export split into exports of one item each) that can, and how many cannot."""
+    """The records of an export; when some item of it cannot be read, or holds a value the store
+    cannot (a time past 2262), those of each of `singles()` (the export split into exports of one
+    item each) that can be read and stored, and how many cannot. Checked here, such an item is
+    rejected alone and its export answered as a partial success; the writer could only refuse the
+    whole body."""
     try:
-        return Decoded(decode(export))
-    except Exception:  # noqa: BLE001 - some item is unreadable: find which, keep the rest
+        records = decode(export)
+        check_storable(records)
+        return Decoded(records)
+    except Exception:  # noqa: BLE001 - some item is unreadable or unstorable: find which, keep the rest
         pass
     decoded = Decoded([])
     for one in singles():
         try:
-            decoded.records += decode(one)
+            records = decode(one)
+            check_storable(records)
         except Exception as e:  # noqa: BLE001 - as ingest does with a line no parser expected
             decoded.rejected += 1
             decoded.error = decoded.error or str(e)
+        else:
+            decoded.records += records
     return decoded
 
 
@@ -219,3 +238,66 @@ def response(signal: Signal, decoded: Decoded) -> Message:
         setattr(answer.partial_success, signal.rejected_field, decoded.rejected)
         answer.partial_success.error_message = decoded.error or "rejected"
     return answer
+
+
+# -- the intake budget -----------------------------------------------------------------------------
+
+class OverBudget(Busy):
+    """Taking a body would put the receivers' memory past the intake budget: retry later."""
+
+
+class IntakeBudget:
+    """The memory that received bodies may hold at once, shared by both receivers, as the
+    OpenTelemetry Collector's memory_limiter bounds its pipeline's. A body of N bytes counts as
+    N × WEIGHT from before it is read until the writer has committed (or refused) its records.
+    One that does not fit is refused before it is read (a gzip body that inflates past its share,
+    as it is read), and its client retries later; one that fits is read, decoded and committed, so
+    under any load some bodies get through."""
+
+    def __init__(self, limit: int = INTAKE_BUDGET):
+        self.limit = limit
+        self.held = 0
+        self.lock = threading.Lock()  # the receivers' threads and the writer's (as bodies commit)
+
+    @staticmethod
+    def needed(max_body: int) -> int:
+        """The smallest budget that holds one body of `max_body` bytes, whatever its encoding."""
+        return max_body * max(WEIGHT.values())
+
+    @contextmanager
+    def hold(self) -> Iterator["Hold"]:
+        """One request's share, given back when the request is done, or once the body it handed to
+        the writer is committed."""
+        hold = Hold(self)
+        try:
+            yield hold
+        finally:
+            if hold.committed is None:
+                hold.resize(0)
+            else:
+                hold.committed.add_done_callback(lambda _: hold.resize(0))
+
+
+class Hold:
+    """One request's share of the budget, resized as the request's size becomes known. Once its
+    body is handed to the writer, `committed` is the writer's future: the share lasts until then."""
+
+    def __init__(self, budget: IntakeBudget):
+        self.budget = budget
+        self.nbytes = 0
+        self.committed: Future | None = None  # the writer's future for the body, once handed over
+
+    def resize(self, nbytes: int) -> None:
+        """Hold `nbytes` of the budget from now on; OverBudget (holding what it held) when that
+        does not fit beside what the other requests hold."""
+        budget = self.budget
+        with budget.lock:
+            if nbytes > self.nbytes and budget.held - self.nbytes + nbytes > budget.limit:
+                raise OverBudget(f"the intake memory budget ({budget.limit} bytes) is taken by the bodies in progress")
+            budget.held += nbytes - self.nbytes
+            self.nbytes = nbytes
+
+    def body(self, nbytes: int, encoding: str) -> None:
+        """Hold what a body of `nbytes` in `encoding` weighs."""
+        self.resize(nbytes * WEIGHT[encoding])
+

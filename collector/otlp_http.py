@@ -2,9 +2,11 @@
 
 Answers as the OTLP specification says (reference/formats-otel.md §2), in the request's content
 type: 200 once the records are committed (with `partialSuccess` when some were rejected), 400 for
-a body that is not an export request, 413 over the body limit, 415 for another content type, 401
-without the bearer token when one is set, and 503 with `Retry-After` when the writer's queue is
-full or the commit takes too long (a retried body that did get stored is recognized by its sha256).
+a body that is not an export request or of which the store can take nothing, 413 over the body
+limit, 415 for another content type, 401 without the bearer token when one is set, and 503 with
+`Retry-After` when the intake budget has no room for the body, the writer's queue is full, the
+commit takes too long or the store fails (a retried body that did get stored is recognized by its
+sha256).
 
 The body limit holds before and after decompression, and gzip is inflated as it streams in, never
 past the limit: a small gzip bomb costs at most the limit in memory.
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import zlib
+from typing import Callable
 
 import orjson
 from google.protobuf.json_format import MessageToDict
@@ -21,12 +24,13 @@ from google.protobuf.message import Message
 from google.rpc import code_pb2, status_pb2
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from .http_server import bearer_matches
-from .otlp import LOGS, MAX_BODY, TRACES, Receiver, Signal, Undecodable, response
+from .otlp import LOGS, MAX_BODY, TRACES, IntakeBudget, Receiver, Signal, Undecodable, response
+from .records import Unstorable
 from .writer import Busy, Writer
 
 ORIGIN = "otlp/http"
@@ -40,8 +44,9 @@ class TooLarge(Exception):
 
 
 def otlp_http_app(writer: Writer, *, max_body: int = MAX_BODY, token: str | None = None,
-                  keep_content: bool = False) -> Starlette:
+                  keep_content: bool = False, budget: IntakeBudget | None = None) -> Starlette:
     receiver = Receiver(ORIGIN, keep_content)
+    budget = budget or IntakeBudget()
 
     async def export(request: Request, signal: Signal) -> Response:
         fmt = _FORMATS.get(request.headers.get("content-type", "").split(";")[0].strip().lower())
@@ -50,23 +55,25 @@ def otlp_http_app(writer: Writer, *, max_body: int = MAX_BODY, token: str | None
                             "Content-Type must be application/x-protobuf or application/json")
         if not bearer_matches(request.headers.get("authorization"), token):
             return _failure(fmt, 401, code_pb2.UNAUTHENTICATED, "a bearer token is required")
-        try:
-            raw = await read_body(request, max_body)
-            decode = receiver.decode_protobuf if fmt == "protobuf" else receiver.decode_json
-            decoded = await run_in_threadpool(decode, signal, raw)
-        except TooLarge as e:
-            return _failure(fmt, 413, code_pb2.RESOURCE_EXHAUSTED, str(e))
-        except Undecodable as e:
-            return _failure(fmt, 400, code_pb2.INVALID_ARGUMENT, str(e))
-        if decoded.records:
+        with budget.hold() as hold:
             try:
-                committed = writer.submit(receiver.body(raw, decoded), wait=False)
-                # shield: a timeout must not cancel the writer's future; the body may still commit.
-                await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(committed)), ACK_TIMEOUT_S)
+                raw = await read_body(request, max_body, lambda size: hold.body(size, fmt))
+                decode = receiver.decode_protobuf if fmt == "protobuf" else receiver.decode_json
+                decoded = await run_in_threadpool(decode, signal, raw)
+                if decoded.records:
+                    hold.committed = writer.submit(receiver.body(raw, decoded), wait=False)
+                    # shield: a timeout must not cancel the writer's future; the body may still commit.
+                    await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(hold.committed)), ACK_TIMEOUT_S)
+            except TooLarge as e:
+                return _failure(fmt, 413, code_pb2.RESOURCE_EXHAUSTED, str(e))
+            except (Undecodable, Unstorable) as e:  # Unstorable: the writer could store nothing of it
+                return _failure(fmt, 400, code_pb2.INVALID_ARGUMENT, str(e))
             except Busy as e:
                 return _retry_later(fmt, f"the collector is busy: {e}")
             except asyncio.TimeoutError:
                 return _retry_later(fmt, f"not committed within {ACK_TIMEOUT_S} s")
+            except ClientDisconnect:
+                return Response(status_code=400)  # no one is left to read it
             except Exception as e:  # noqa: BLE001 - the store failed: nothing was acknowledged
                 return _retry_later(fmt, f"not stored: {type(e).__name__}: {e}")
         return _answer(fmt, 200, response(signal, decoded))
@@ -80,11 +87,15 @@ def otlp_http_app(writer: Writer, *, max_body: int = MAX_BODY, token: str | None
     return Starlette(routes=[Route("/v1/traces", traces, methods=["POST"]), Route("/v1/logs", logs, methods=["POST"])])
 
 
-async def read_body(request: Request, limit: int) -> bytes:
-    """The body, inflated when gzip; TooLarge as soon as it passes `limit` either way."""
+async def read_body(request: Request, limit: int, sized: Callable[[int], None]) -> bytes:
+    """The body, inflated when gzip; TooLarge as soon as it passes `limit` either way. `sized(n)`
+    is told the size before any of it is read (its Content-Length), then each time it grows past
+    that (a gzip body as it inflates, a chunked one), and may refuse it by raising."""
     declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
+    size = int(declared) if declared.isdigit() else 0
+    if size > limit:
         raise TooLarge(f"body of {declared} bytes is over the {limit}-byte limit")
+    sized(size)
     encoding = request.headers.get("content-encoding", "identity").strip().lower()
     if encoding not in ("identity", "gzip"):
         raise Undecodable(f"Content-Encoding {encoding!r} is not supported (gzip is)")
@@ -104,6 +115,9 @@ async def read_body(request: Request, limit: int) -> bytes:
         body += chunk
         if len(body) > limit:
             raise TooLarge(f"body is over the {limit}-byte limit once decompressed")
+        if len(body) > size:
+            size = len(body)
+            sized(size)
     if inflate is not None and (not inflate.eof or inflate.unused_data):
         raise Undecodable("the gzip stream is cut short or followed by other data")
     return bytes(body)

@@ -6,7 +6,9 @@ the thread takes whatever is queued (up to BATCH_RECORDS records: under load, ba
 arrived during the previous commit; idle, a body is committed as soon as it arrives), commits each
 origin's share in one transaction through Store.write_batch, and only then resolves the
 submitters' futures. So an acknowledgement always follows a commit, and a crash before the commit
-leaves nothing acknowledged.
+leaves nothing acknowledged. A body the store cannot hold (the receivers reject such spans before,
+so this is the last guard) is refused alone, with `Unstorable`, and the bodies beside it are
+committed; a failure of the store itself fails them all, for their clients to retry.
 
 The queue is bounded by the records it holds. A receiver that finds it full gets `Busy` at once
 (and tells its client to retry later); the tailer and scrapers wait for room. Memory stays bounded
@@ -22,8 +24,9 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .records import BatchBuilder, Record
-from .store import Origin, Store
+from .duckdb_engine import duckdb
+from .records import BatchBuilder, Record, Unstorable
+from .store import Origin, Store, disk_full_named
 
 QUEUE_RECORDS = 50_000  # records waiting to be written, at most (one bigger body may wait alone)
 BATCH_RECORDS = 5_000  # records taken into one round of commits
@@ -145,12 +148,16 @@ class Writer:
     def _loop(self) -> None:
         while (taken := self._queue.take(self.batch_records)) is not None:
             try:
-                self._round(taken)
+                with disk_full_named(self.store.path):
+                    self._round(taken)
             except Exception as e:  # noqa: BLE001 - the store failed: its submitters hear of it; go on
                 for work in taken:
                     if not work.future.done():
                         work.future.set_exception(e)
                 self.report(f"writer: {type(e).__name__}: {e}")
+            # The round's records are let go before waiting for the next: a receiver's budget
+            # (otlp.IntakeBudget) stops counting them once they are committed.
+            del taken
 
     def _round(self, taken: list[_Work]) -> None:
         first_record_id = self.store.allocate_record_ids(0)
@@ -177,34 +184,59 @@ class Writer:
 
     def _commit_bodies(self, group: list[_Work]) -> None:
         """One origin's bodies in one transaction, with their sha256; a body already stored (a
-        client's retry of an export whose answer it lost) is acknowledged without storing it again."""
+        client's retry of an export whose answer it lost) is acknowledged without storing it again.
+        The same body submitted twice meanwhile is stored once, and both hear how it went."""
         first = group[0].item
         origin = self.origin(first.origin, first.source)
         stored = self._already_stored([w.item.sha256 for w in group])
-        batch = BatchBuilder(first.source, origin)
-        offsets, digests, raws = [], [], []
-        number = origin.consumed
+        bodies: dict[str, list[_Work]] = {}
         for work in group:
-            body = work.item
-            if body.sha256 in stored:
+            bodies.setdefault(work.item.sha256, []).append(work)
+        for digest in stored & bodies.keys():
+            _settle(bodies.pop(digest))
+        self._store(origin, list(bodies.values()))
+
+    def _store(self, origin: Origin, bodies: list[list[_Work]]) -> None:
+        """Commit the bodies (each a list of the submissions of one body) in one transaction. A body
+        the store cannot hold is refused with Unstorable, for good, and the others are stored
+        without it: one is found as its records go into the batch; one whose tables cannot be built
+        by halving the group until it is alone. A failure of the store itself (a full disk) fails
+        them all, to be retried."""
+        source = bodies[0][0].item.source
+        batch = BatchBuilder(source, origin)
+        kept, offsets, digests, raws = [], [], [], []
+        number = origin.consumed
+        for works in bodies:
+            body = works[0].item
+            try:
+                batch.add(body.records, number)
+            except Unstorable as e:
+                _settle(works, e)
                 continue
-            stored.add(body.sha256)
-            batch.add(body.records, number)
+            kept.append(works)
             offsets.append(number)
             digests.append(body.sha256)
             raws.append(body.raw)
             number += 1
-        if offsets:
-            before = origin.consumed
-            origin.consumed = number
-            try:
-                self.store.write_batch(batch, also=[(_INSERT_RECEIVED, {
-                    "origin": origin.origin_id, "offsets": offsets, "digests": digests, "raw": raws})])
-            except BaseException:
-                origin.consumed = before  # nothing was stored: the numbers are free again
+        if not kept:
+            return
+        before = origin.consumed
+        origin.consumed = number
+        try:
+            self.store.write_batch(batch, also=[(_INSERT_RECEIVED, {
+                "origin": origin.origin_id, "offsets": offsets, "digests": digests, "raw": raws})])
+        except BaseException as e:
+            origin.consumed = before  # nothing was stored: the numbers are free again
+            if not _records_at_fault(e):
                 raise
-        for work in group:
-            work.future.set_result(None)
+            if len(kept) == 1:
+                _settle(kept[0], Unstorable(f"its records cannot be stored: {type(e).__name__}: {e}"))
+            else:
+                self._store(origin, kept[:len(kept) // 2])
+                self._store(origin, kept[len(kept) // 2:])
+            return
+        for works in kept:
+            _settle(works)
 
     def _already_stored(self, digests: list[str]) -> set[str]:
         rows = self.store.con.execute(
@@ -221,3 +253,16 @@ class Writer:
             f"DELETE FROM received WHERE body IS NULL AND received < now() - INTERVAL '{RECEIVED_RETENTION}'"
         )
 
+
+def _settle(works: list[_Work], error: Exception | None = None) -> None:
+    for work in works:
+        if error is None:
+            work.future.set_result(None)
+        else:
+            work.future.set_exception(error)
+
+
+def _records_at_fault(e: BaseException) -> bool:
+    """Whether a failed write was the records' doing (a value Arrow or the store's columns cannot
+    take), which no retry mends, rather than the store's own (DuckDB, the disk, memory)."""
+    return isinstance(e, (ValueError, TypeError, OverflowError)) and not isinstance(e, duckdb.Error)

@@ -21,6 +21,7 @@ as the reply passes). The proxy adds:
 from __future__ import annotations
 
 import json
+import os
 import socket
 from collections.abc import AsyncIterator
 from typing import Any
@@ -251,21 +252,18 @@ def serve_proxy(upstream: str, listen: str = "127.0.0.1:8080", log: str | None =
     config = proxy_config(upstream, listen, log=log, otlp_endpoint=otlp)
     # Bound here, not by uvicorn: uvicorn would report a taken port among its start-up and
     # shutdown lines, then exit on its own.
-    uvicorn.Server(config).run(sockets=[_listening_socket(config.host, config.port)])
+    uvicorn.Server(config).run(sockets=[listening_socket(config.host, config.port)])
 
 
-def _listening_socket(host: str, port: int) -> socket.socket:
-    """A socket bound as uvicorn binds one (SO_REUSEADDR, IPv6 for an address with a colon)."""
-    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A socket listening on host:port (IPv6 for an address with a colon; port 0 picks a free
+    one), for a server to serve on; ListenError, in one line, when it cannot be had."""
     try:
-        sock.bind((host, port))
-    except OSError as e:
-        sock.close()
-        reason = e.strerror or str(e)
+        return socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET)
+    except OSError as e:  # create_server's strerror adds the address; the errno's own text is shorter
+        reason = os.strerror(e.errno) if e.errno else str(e)
         address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
         raise ListenError(f"cannot listen on {address}: {reason[:1].lower()}{reason[1:]}") from None
-    return sock
 
 
 def parse_listen(listen: str) -> tuple[str, int]:
