@@ -63,16 +63,26 @@ def _open(db: Optional[str], *, read_only: bool):
 
 def _query(db: Optional[str], name: str, **params):
     """Run a read query (collector/queries.py) on the store; while `trace-join collect` holds the
-    store, the collector runs it and sends the result (collector/remote.py)."""
+    store, the collector runs it and sends the result (collector/remote.py). A query that would
+    store the requests tables first (they lag the records: an ingest leaves them to their first
+    reader) opens the store for writing to keep them; if another process is reading it, the query
+    builds them for itself."""
     from pathlib import Path
 
     from tracejoin.collector import remote
-    from tracejoin.collector.queries import run_query
+    from tracejoin.collector.queries import run_query, stores_first
     from tracejoin.collector.store import StoreError, StoreLocked, default_db_path, open_store
 
     try:
         with open_store(db, read_only=True) as store:
-            return run_query(store, name, params)
+            if not stores_first(store, name):
+                return run_query(store, name, params)
+        try:
+            with open_store(db) as store:
+                return run_query(store, name, params)
+        except StoreError:  # held by another reader, or not ours to write: build them for this query
+            with open_store(db, read_only=True) as store:
+                return run_query(store, name, params)
     except StoreLocked:
         pass
     except StoreError as e:
@@ -87,7 +97,7 @@ def _query(db: Optional[str], name: str, **params):
 def ingest(
     paths: Optional[List[str]] = typer.Argument(
         None, help="Files, folders or globs; .gz is read as it is. None: only bring the store up to date "
-                   "(its schema, its requests tables), for a store an older trace-join wrote."),
+                   "(its schema, its requests tables)."),
     db: Optional[str] = DbOption,
     as_json: bool = JsonOption,
     worker: Optional[str] = typer.Option(
@@ -97,7 +107,8 @@ def ingest(
 ):
     """Read log, span, trace and perf files into the store. Reading the same bytes again adds nothing."""
     long_running()
-    from tracejoin.collector.ingest import REQUESTS_EVERY, Ingester, InputError
+    from tracejoin.collector.ingest import Ingester, InputError
+    from tracejoin.collector.requests import update_requests
     from tracejoin.collector.store import StoreError
     from tracejoin.cli import render
 
@@ -105,10 +116,10 @@ def ingest(
     with _open(db, read_only=False) as store:
         with render.byte_progress(paths) as progress:
             try:
-                # the requests tables dashboards read, kept up to date as the files go in
-                ingester = Ingester(store, progress=progress, worker=worker, requests_every=REQUESTS_EVERY,
-                                    keep_content=keep_content)
+                ingester = Ingester(store, progress=progress, worker=worker, keep_content=keep_content)
                 result = ingester.ingest_paths(paths)
+                if not paths:
+                    update_requests(store)
             except (InputError, StoreError) as e:
                 raise Failure(str(e)) from None
     render.ingest_summary(result, as_json)

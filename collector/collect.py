@@ -69,7 +69,7 @@ def collect(config: CollectConfig, say: Callable[[str], None], report: Callable[
 
     def connect() -> Store:
         with readers_lock:
-            return Store(readers.cursor(), store.path)
+            return Store(readers.cursor(), store.path, read_only=True)
 
     budget = IntakeBudget(config.intake_budget)
     receivers: list = []

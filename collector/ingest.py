@@ -21,17 +21,12 @@ from typing import Callable, Iterator
 
 from . import sources
 from .records import BatchBuilder, Unstorable
-from .requests import update_requests
 from .store import Origin, Store, disk_full_named
 
 HEAD = 4096  # bytes hashed to recognize a file
 MAX_LINE = 1 << 20  # longer lines are quarantined, not parsed, unless a source allows more
 _OWN_FILES = (".duckdb", ".duckdb.wal", ".collector.json")  # a store (and its collector's files) kept next to the logs
 BATCH_RECORDS = 20_000  # held as Python objects until written: this bounds memory
-# Records between two updates of the requests tables in a long ingest (requests.update_requests):
-# each update then builds a bounded part of the store, within the memory limit (on the 5 GB corpus,
-# one run each: every 1M records 502 MB peak in 1810 s, every 500k 493 MB in 1332 s).
-REQUESTS_EVERY = 500_000
 SNIFF_LINES = 20
 # Stream bytes read between two commits even when they hold no records (a file of blank lines, a
 # gzip bomb of newlines): a long read keeps its progress.
@@ -220,18 +215,16 @@ class Ingester:
     """Reads files into one store; `progress(bytes_done)` is called as bytes are consumed.
     `batch_records`: records per transaction (the collector commits smaller batches, more often).
     `worker`: the process the files come from, for formats that do not name it.
-    `requests_every`: update the requests tables every so many records, and at the end."""
+    The requests tables are not built here but when a reader needs them (requests.build_requests),
+    so ingest stores records at the pace it reads them."""
 
     def __init__(self, store: Store, progress: Callable[[int], None] | None = None,
-                 batch_records: int = BATCH_RECORDS, worker: str | None = None,
-                 requests_every: int | None = None, keep_content: bool = False):
+                 batch_records: int = BATCH_RECORDS, worker: str | None = None, keep_content: bool = False):
         self.store = store
         self.progress = progress or (lambda n: None)
         self.batch_records = batch_records
         self.worker = worker  # the process the files come from, for formats that name none
-        self.requests_every = requests_every
         self.keep_content = keep_content  # prompt and reply text, for formats that would store it
-        self._requests_from = 0  # the first record the requests tables do not hold yet
         self._batch = BatchBuilder()  # what was read and is not committed yet, of one file or many
         self._aliases: dict[str, str] = {}  # other names of workers, learned since the last commit
 
@@ -241,7 +234,7 @@ class Ingester:
         from there."""
         result = IngestResult()
         with disk_full_named(self.store.path):
-            first_new = self._requests_from = self.store.allocate_record_ids(0)
+            first_new = self.store.allocate_record_ids(0)
             for path, named in expand_paths(paths, result.errors):
                 try:
                     self._read_file(path, result, named=named)
@@ -250,8 +243,6 @@ class Ingester:
             self._commit(result)
             self._count_requests(result, first_new)
             self.store.settle_workers(first_new)
-            if self.requests_every is not None:  # also brings tables an older trace-join built up to date
-                update_requests(self.store)
         return result
 
     def ingest_file(self, path: Path, result: IngestResult, *, named: bool = True,
@@ -375,12 +366,6 @@ class Ingester:
         for i in range(min(quarantined.num_rows, 5 - len(result.quarantine_samples))):
             q = quarantined.slice(i, 1).to_pylist()[0]
             result.quarantine_samples.append(f"{q['path']}:{q['line_no']} (byte {q['offset']}): {q['reason']}")
-        if self.requests_every is not None:
-            next_record = self.store.allocate_record_ids(0)
-            if next_record - self._requests_from >= self.requests_every:
-                self.store.settle_workers(self._requests_from)
-                update_requests(self.store)
-                self._requests_from = next_record
 
     def _count_requests(self, result: IngestResult, first_new: int) -> None:
         """Requests seen per source: distinct values of each new record's strongest key."""

@@ -15,6 +15,7 @@ from typing import Any, Callable
 from .coverage import coverage
 from .lookup import Window, lookup
 from .request_list import RequestFilter, list_requests
+from .requests import requests_current
 from .store import Store
 
 
@@ -59,3 +60,14 @@ QUERIES: dict[str, Callable[[Store, dict], Any]] = {
 
 def run_query(store: Store, name: str, params: dict) -> Any:
     return QUERIES[name](store, params)
+
+
+# Queries that read the requests tables: on a store open for writing they bring them up to date
+# first (requests.build_requests), and keep them for the next reader.
+READ_REQUESTS = {"requests", "coverage"}
+
+
+def stores_first(store: Store, name: str) -> bool:
+    """Whether the query, run on this store opened for writing, would store something first: the
+    requests tables, lagging the records."""
+    return name in READ_REQUESTS and not requests_current(store)

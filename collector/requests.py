@@ -207,6 +207,9 @@ FROM summary s LEFT JOIN ids i USING (request_id) LEFT JOIN entry_reply e USING 
 """
 
 MAX_ROUNDS = 50
+# New records built into the stored tables at a time (update_requests): a build of this many, with
+# the requests they reach, fits DuckDB's default memory limit (docs/performance.md, memory).
+UPDATE_STEP_RECORDS = 500_000
 SUMMARY_SLICE_RECORDS = 50_000  # records whose requests are summarized at once
 # Builds of up to this many records (a small ingest, the first update of a large one) run on all of
 # DuckDB's threads; larger ones on one, within the memory budget (_build).
@@ -247,9 +250,12 @@ BUILT_BY = hashlib.sha256((_RECORD_COLUMNS + BUILD + PROPAGATE + SUMMARIZE + SUM
 def build_requests(store: Store) -> None:
     """Every record's request (temp `request_members`, and `request_workers` with the record's
     worker and role in it) and each request's summary (temp `request_summary`), for this
-    connection: the stored tables when update_requests left them up to date, else built here for
-    the whole store (read-only connections can too)."""
+    connection: the stored tables, brought up to date first (update_requests) when the store is
+    open for writing; for a read-only connection whose stored tables lag, built here for the whole
+    store."""
     con = store.con
+    if not store.read_only:
+        update_requests(store)
     if _stored_tables_current(con):
         _drop_temp(con, _RESULTS)
         con.execute("""
@@ -328,32 +334,40 @@ def _slice_bounds(con) -> list[int]:
     return sorted({request_id for (request_id,) in starts}) + [last + 1]
 
 
-def update_requests(store: Store) -> None:
+def update_requests(store: Store, step: int = UPDATE_STEP_RECORDS) -> None:
     """Bring the tables `requests` and `request_records` (record_id, request_id, and the record's
-    worker and role as settled within its request) up to date with the store, in one transaction.
+    worker and role as settled within its request) up to date with the store, `step` new records
+    at a time, each step in one transaction.
 
-    Only the requests that records stored since the last update touch are built again: those
-    holding a record that shares an id with a new record, then those sharing one with these, until
-    none is left (a collided key, or a client's span, can reach from one request into another);
-    and the requests of records whose worker or role a new origin, alias or role renamed. The
-    requests outside stay as they were, since no edge of the id graph reaches them. A large ingest
-    calls this every so many records (ingest.py), so each build holds a bounded part of the store;
-    the whole store is built when there is nothing to go on from."""
+    Only the requests that the step's records touch are built again: those holding a record that
+    shares an id with a new record, then those sharing one with these, until none is left (a
+    collided key, or a client's span, can reach from one request into another); and the requests
+    of records whose worker or role a new origin, alias or role renamed. The requests outside stay
+    as they were, since no edge of the id graph reaches them. Stepping keeps each build to a
+    bounded part of the store, within DuckDB's memory limit, however many records came since."""
     con = store.con
-    through = _last_record(con)
+    last = _last_record(con)
     state = _stored_state(con)
     naming = _naming(con)
-    if state is not None and state == (through, naming):
+    if state == (last, naming):
         return
     with _threads(con, 1):  # the scope, and writing the tables; _build decides for itself
-        if state is None:
-            con.execute(WHOLE_STORE)
-        else:
-            built_through, built_naming = state
-            _scope(con, built_through, _renamed_records(con, built_through, built_naming, naming))
+        if state is None:  # nothing to go on from: the first step's records, whole
+            through = min(last, step)
+            con.execute(f"CREATE OR REPLACE TEMP TABLE scope_records AS "
+                        f"SELECT record_id FROM records WHERE record_id <= {through}")
             con.execute(SCOPE)
-        _build(con)
-        _persist(con, whole=state is None, through=through, naming=naming)
+            _build(con)
+            _persist(con, whole=True, through=through, naming=naming)
+            state = (through, naming)
+        while state != (last, naming):
+            built_through, built_naming = state
+            through = min(last, built_through + step)
+            _scope(con, built_through, through, _renamed_records(con, built_through, built_naming, naming))
+            con.execute(SCOPE)
+            _build(con)
+            _persist(con, whole=False, through=through, naming=naming)
+            state = (through, naming)
 
 
 def persist_requests(store: Store) -> None:
@@ -364,6 +378,11 @@ def persist_requests(store: Store) -> None:
 
 def _last_record(con) -> int:
     return con.execute("SELECT coalesce(max(record_id), 0) FROM records").fetchone()[0]
+
+
+def requests_current(store: Store) -> bool:
+    """Whether the stored requests tables hold every record the store holds, as named now."""
+    return _stored_tables_current(store.con)
 
 
 def _stored_tables_current(con) -> bool:
@@ -406,16 +425,17 @@ def _renamed_records(con, through: int, before: dict, now: dict) -> str:
             OR coalesce(r.worker, o.worker) IN (SELECT name FROM renamed_names))"""
 
 
-def _scope(con, through: int, renamed: str) -> None:
-    """Temp table scope_records: the records new since `through`, and every record of the stored
-    requests they reach (see update_requests); scope_requests: those requests."""
+def _scope(con, through: int, upto: int, renamed: str) -> None:
+    """Temp table scope_records: the records after `through` up to `upto`, and every record of the
+    stored requests they reach (see update_requests); scope_requests: those requests."""
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE scope_requests AS
             SELECT DISTINCT request_id FROM request_records WHERE record_id IN ({renamed});
         CREATE OR REPLACE TEMP TABLE reached AS SELECT * FROM scope_requests;
         -- ids as their index keys: a key two values share (1 in 10^12) only widens the scope
         CREATE OR REPLACE TEMP TABLE scope_keys AS
-            SELECT DISTINCT hash(value) AS key FROM record_ids WHERE record_id > {through} AND kind IN {_JOINING_KINDS};
+            SELECT DISTINCT hash(value) AS key FROM record_ids
+            WHERE record_id > {through} AND record_id <= {upto} AND kind IN {_JOINING_KINDS};
         CREATE OR REPLACE TEMP TABLE frontier AS SELECT key FROM scope_keys;
     """)
     while True:
@@ -437,7 +457,7 @@ def _scope(con, through: int, renamed: str) -> None:
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE scope_records AS
             SELECT record_id FROM request_records WHERE request_id IN (SELECT request_id FROM scope_requests)
-            UNION ALL SELECT record_id FROM records WHERE record_id > {through};
+            UNION ALL SELECT record_id FROM records WHERE record_id > {through} AND record_id <= {upto};
     """)
 
 

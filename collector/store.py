@@ -239,7 +239,7 @@ def open_store(path: str | os.PathLike | None = None, *, read_only: bool = False
         raise StoreError(f"cannot open {path} as a DuckDB database: {str(e).splitlines()[0]}") from None
     # No progress bar: DuckDB draws it on stdout, through the output of --json, for queries over 2 s.
     con.execute("SET enable_progress_bar = false")
-    store = Store(con, path)
+    store = Store(con, path, read_only=read_only)
     store._check_or_create_schema(read_only)
     return store
 
@@ -260,9 +260,10 @@ class Origin:
 
 
 class Store:
-    def __init__(self, con: duckdb.DuckDBPyConnection, path: Path):
+    def __init__(self, con: duckdb.DuckDBPyConnection, path: Path, *, read_only: bool = False):
         self.con = con
         self.path = path
+        self.read_only = read_only  # this connection only reads (another may write: the collector's)
         self._next_record_id: int | None = None
         self._origins: dict[tuple[int, str], list[Origin]] | None = None
         self._head_lengths: set[int] = set()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from tracejoin.collector.dynamo_sample import DynamoSample
 
 from ..conftest import assert_one_clear_line
+from .collector_process import query
 
 
 def test_list_filter_and_order(tj, tmp_path):
@@ -117,9 +118,10 @@ def _mixed_sources(folder):
 
 
 def test_requests_updated_as_records_arrive_are_those_of_one_build(tmp_path, monkeypatch):
-    # A long ingest updates the requests tables every so many records, building again only the
-    # requests new records reach; whatever the order the files come in, and however often it
-    # updates, the tables must end as one build of the whole store makes them.
+    # A reader brings the requests tables up to date a step of records at a time, building again
+    # only the requests the step's records reach; whatever the order the files come in, however
+    # many come between two updates and whatever the step, the tables must end as one build of the
+    # whole store makes them.
     from tracejoin.collector import requests
     from tracejoin.collector.ingest import Ingester
     from tracejoin.collector.store import open_store
@@ -129,25 +131,25 @@ def test_requests_updated_as_records_arrive_are_those_of_one_build(tmp_path, mon
     monkeypatch.setattr(requests, "PARALLEL_BUILD_RECORDS", 20)
     tables = ("SELECT * FROM request_records ORDER BY record_id", "SELECT * FROM requests ORDER BY request_id")
     for name, order in (("in order", files), ("reversed", files[::-1])):
-        for every in (3, 17):
-            with open_store(tmp_path / f"{name}.duckdb") as store:
-                Ingester(store, batch_records=5, requests_every=every).ingest_paths([str(p) for p in order])
+        for step in (3, 17):
+            with open_store(tmp_path / f"{name}-{step}.duckdb") as store:
+                ingester = Ingester(store, batch_records=5)
+                for i, path in enumerate(order):
+                    ingester.ingest_paths([str(path)])
+                    if i % 3 == 1:
+                        requests.update_requests(store, step=step)
+                requests.update_requests(store, step=step)
                 updated = [store.con.execute(q).fetchall() for q in tables]
                 requests.persist_requests(store)  # the whole store, from nothing
                 whole = [store.con.execute(q).fetchall() for q in tables]
-                assert updated == whole, (name, every)
+                assert updated == whole, (name, step)
                 assert len(whole[1]) >= 10 and any(row for row in whole[1] if row[-3])  # requests, a collided one
-                # emptied behind the writer's back: the next round opens it again
-                store.con.execute("DELETE FROM meta WHERE key = 'requests_state'")
-                for table in ("records", "record_ids", "origins", "worker_aliases", "worker_roles", "id_tail"):
-                    store.con.execute(f"DELETE FROM {table}")
 
 
 def test_reads_use_the_stored_tables_when_up_to_date_and_build_otherwise(tmp_path):
-    # `requests` and `coverage` read the tables ingest keeps up to date instead of building every
-    # request again (minutes on a large store); stale or missing tables are built around, and
-    # both ways give the same answers.
-    from tracejoin.collector import requests
+    # `requests` and `coverage` read the stored tables instead of building every request again
+    # (minutes on a large store): on a store open for writing they bring them up to date first;
+    # on a read-only one whose tables lag they build them for themselves; both give the same answers.
     from tracejoin.collector.coverage import coverage
     from tracejoin.collector.ingest import Ingester
     from tracejoin.collector.request_list import RequestFilter, list_requests
@@ -158,14 +160,27 @@ def test_reads_use_the_stored_tables_when_up_to_date_and_build_otherwise(tmp_pat
                                  "WHERE table_name = 'request_summary'").fetchone()[0]
 
     files = [str(p) for p in _mixed_sources(tmp_path / "logs")]
-    with open_store(tmp_path / "store.duckdb") as store:
-        Ingester(store, requests_every=10).ingest_paths(files[:-2])
+    db = tmp_path / "store.duckdb"
+    with open_store(db) as store:
+        Ingester(store).ingest_paths(files[:-2])
         first = list_requests(store, RequestFilter(limit=100))
-        assert summary_kind(store) == "VIEW"  # of the stored table
-        Ingester(store).ingest_paths(files[-2:])  # no update: the tables are behind now
+        assert summary_kind(store) == "VIEW"  # of the stored table, brought up to date first
+        Ingester(store).ingest_paths(files[-2:])  # the tables are behind now
+    with open_store(db, read_only=True) as store:
         behind = list_requests(store, RequestFilter(limit=100)), coverage(store)
         assert summary_kind(store) == "LOCAL TEMPORARY"  # built in this connection
-        requests.update_requests(store)
+    with open_store(db) as store:
         current = list_requests(store, RequestFilter(limit=100)), coverage(store)
         assert summary_kind(store) == "VIEW"
     assert current == behind and len(current[0]) > len(first) >= 5
+
+
+def test_ingest_leaves_the_requests_tables_to_their_first_reader(tj, tmp_path, db):
+    files = _mixed_sources(tmp_path / "logs")
+    assert tj("ingest", *files).code == 0
+    state = "SELECT count(*) FROM meta WHERE key = 'requests_state'"
+    assert query(db, state) == [(0,)]
+    listed = tj("requests", "--json", "--limit", 100)
+    assert listed.code == 0 and len(listed.json()) >= 5
+    assert query(db, state) == [(1,)]  # kept for the next reader
+    assert tj("coverage", "--json").json()["replies"] == len(listed.json())
