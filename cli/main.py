@@ -1,6 +1,6 @@
 """The `trace-join` command: thin Typer commands over tracejoin.collector.
 
-Exit codes (DESIGN.md): 0 found or done, 1 nothing found, 2 bad usage or bad input. Errors are one
+Exit codes: 0 found or done, 1 nothing found, 2 bad usage or bad input. Errors are one
 line on stderr; set TRACEJOIN_DEBUG=1 to see a traceback instead.
 """
 

@@ -1,7 +1,8 @@
 """Writes what a disaggregated Dynamo deployment records for a set of requests: the frontend's,
 the prefill worker's and the decode worker's JSONL stderr, OTLP/JSON spans, and request-trace
-rows, field for field as a real Dynamo 1.6.1 frontend with mocker workers writes them (see
-../shared/reference/formats-dynamo.md and docs/integrations/dynamo.md). The demo and the tests
+rows, field for field as a real Dynamo 1.6.1 frontend with mocker workers writes them (Dynamo's
+`lib/runtime/src/logging.rs` and `lib/llm/src/http/service/metrics.rs`; docs/integrations/dynamo.md).
+The demo and the tests
 build their data with it.
 
 A request can be given a client-chosen internal id (the pre-fix collision), a shared

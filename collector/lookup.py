@@ -1,4 +1,5 @@
-"""`lookup`: any id to the requests it names, as the JSON object DESIGN.md specifies."""
+"""`lookup`: any id to the requests it names, as the JSON object of `lookup --json`
+(docs/quickstart.md)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from .store import Store
 
 # When an id matches several kinds, the lookup is said to be by the strongest.
 _KIND_ORDER = [REPLY_ID, INTERNAL_ID, DISAGG_REQUEST_ID, ENGINE_REQUEST_ID, CTX_REQUEST_ID, X_REQUEST_ID, TRACE_ID]
-# DESIGN.md's id kinds have no ctx_request_id: a lookup by one is reported as by an engine request
+# `lookup --json`'s id kinds have no ctx_request_id: a lookup by one is reported as by an engine request
 # id, the kind it is closest to (TensorRT-LLM's context server issues it).
 _REPORTED_KIND = {CTX_REQUEST_ID: ENGINE_REQUEST_ID}
 _SHOWN_ID_KINDS = [REPLY_ID, INTERNAL_ID, X_REQUEST_ID, DISAGG_REQUEST_ID, TRACE_ID]

@@ -1,7 +1,7 @@
 """Polling legacy TensorRT-LLM `GET /perf_metrics` endpoints (`collect --scrape URL`).
 
 Such an endpoint answers with the requests finished since the last call and forgets them (drained
-on read: reference/formats-trtllm.md §5). So each answer is committed before the next poll, and
+on read: `get_perf_metrics` in TensorRT-LLM's `tensorrt_llm/serve/openai_server.py`). So each answer is committed before the next poll, and
 committed raw first (`received.body`): reading it into records is a second step, which a parser
 error or a crash cannot make lose the answer. The raw copy is cleared in the transaction that
 stores its records; a restart reads what a crash left raw. What no poller can save: an answer in

@@ -1,5 +1,5 @@
 """The three OpenAI-compatible endpoints a demo worker serves, shaped as trtllm-serve shapes them
-(tensorrt_llm/serve/openai_protocol.py, postprocess_handlers.py; formats-trtllm.md §8):
+(tensorrt_llm/serve/openai_protocol.py, postprocess_handlers.py):
 
 | endpoint              | streamed reply id                                | non-streamed reply id |
 |-----------------------|--------------------------------------------------|-----------------------|

@@ -1,5 +1,5 @@
 """TensorRT-LLM's own records, written as trtllm-serve and its disaggregated server write them
-(../shared/reference/formats-trtllm.md; the readers are collector/sources/perf_metrics_jsonl.py,
+(their sources are cited where each is read: collector/sources/perf_metrics_jsonl.py,
 trtllm_hook.py, trtllm_log.py and otlp_json.py). The demo's processes write through these; nothing
 here knows about the demo.
 

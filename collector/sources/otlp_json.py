@@ -35,7 +35,7 @@ MAX_LINE = 64 << 20
 CONTENT_FROM_USER = True
 ENTRY_ROLES = {"router", "frontend", "agg", "proxy"}
 
-# TensorRT-LLM's disaggregated server names its one span so, with no attributes (§12).
+# TensorRT-LLM's disaggregated server names its one span so, with no attributes.
 _TRTLLM_DISAGG_SPAN = "disaggregated_request"
 _TRTLLM_LATENCIES = {
     "gen_ai.latency.time_in_queue": "queue_ms",
@@ -504,7 +504,7 @@ class LineParser:
 
 
 def _trtllm_span_attrs(attrs: dict) -> dict:
-    """TensorRT-LLM's `llm_request` span (formats-trtllm.md §12) in the terms its perf records
+    """TensorRT-LLM's `llm_request` span (`tensorrt_llm/llmapi/tracing.py`) in the terms its perf records
     use: latencies in ms (it sends seconds, -1 when unmeasured) and the finish reason (it sends the
     list as a JSON string)."""
     out = {}

@@ -1,6 +1,7 @@
 """TensorRT-LLM per-request perf metrics as JSONL files (trtllm-serve with `perf_metrics_output_dir`,
 after PR #16668): `perf_metrics-<server_kind>-<hostname>-<pid>-<YYYYmmddTHHMMSSZ>.jsonl`, one
-compact line per finished HTTP response. Specified in ../shared/reference/formats-trtllm.md §4-§7.
+compact line per finished HTTP response, as `PerfMetricsJsonlWriter` in TensorRT-LLM's
+`tensorrt_llm/serve/perf_metrics.py` writes it (the record types in `_perf_metrics_schema.py`).
 
 Each file holds the records of one process, in one of two shapes:
 - `WorkerPerfMetricsRecord` (a worker or an aggregated server): `request_id` (the engine's own
@@ -14,7 +15,7 @@ Each file holds the records of one process, in one of two shapes:
 The file name names the process: the worker is `<hostname>:<pid>` (host names contain dashes, so
 the name is split from the right), and the UTC stamp, its start, is kept as `process_start`.
 
-Times are steady-clock seconds, not epoch (§4): each record keeps its earliest arrival in
+Times are steady-clock seconds, not epoch: each record keeps its earliest arrival in
 `steady_s`, no wall time, and the phase durations TensorRT-LLM's own `Server-Timing` header
 reports (ms): `queue_ms` (arrival → first scheduled), `ttft_ms` (arrival → first token), `e2e_ms`
 (arrival → last token, also the record's duration), `kv_transfer_ms`; a disagg record adds
@@ -41,7 +42,7 @@ NAME = "perf_metrics_jsonl"
 FILE_NAME = re.compile(
     r"^perf_metrics-(?P<kind>[^-]+)-(?P<host>.+)-(?P<pid>\d+)-(?P<start>\d{8}T\d{6}Z)\.jsonl(?:\.gz)?$"
 )
-# The disaggregated server writes `disagg` (§6); what workers write is not confirmed, so a kind
+# The disaggregated server writes `disagg`; what workers write is not confirmed, so a kind
 # that names a side is taken at its word and anything else is decided from the records.
 _KIND_ROLES = {"disagg": "router", "ctx": "ctx", "context": "ctx", "gen": "gen", "generation": "gen"}
 # A line of either record shape; trace-join and Dynamo lines carry a "schema" and are not these.
@@ -169,8 +170,8 @@ class RoleVotes:
 
 
 def disagg_record(obj: dict, *, phase_ids_are_engine_ids: bool, worker: str | None = None) -> Record:
-    """One disaggregated-server record. Legacy records (§5) carry each worker's items as they
-    were polled, so a phase's `request_id` is that worker's engine id; after #16668 (§6) it is
+    """One disaggregated-server record. Legacy records (GET /perf_metrics) carry each worker's items as they
+    were polled, so a phase's `request_id` is that worker's engine id; after #16668 it is
     the disagg id, or the ctx request id when there is none."""
     ctx_server = field(obj, "ctx_server", (str,))
     gen_server = field(obj, "gen_server", (str,))
@@ -201,7 +202,7 @@ def disagg_record(obj: dict, *, phase_ids_are_engine_ids: bool, worker: str | No
         # The ctx request id belongs to the ctx server's numbering, whichever phase repeats it.
         record.add_id(CTX_REQUEST_ID, field(item, "ctx_request_id", (int, str)), ctx_server)
         if phase == "gen":
-            # Workers report in the disaggregated server's steady clock (§4), so its arrival and
+            # Workers report in the disaggregated server's steady clock, so its arrival and
             # the generation worker's last token measure the whole request.
             attrs.update(_durations({"e2e_ms": (arrival, timing.get("last_token_time"))}))
     if "e2e_ms" in attrs:

@@ -1,6 +1,6 @@
 """TensorRT-LLM's legacy per-request perf metrics: the JSON arrays `GET /perf_metrics` returned from
-PR #6985 until PR #16668, saved to files or polled live. Specified in
-../shared/reference/formats-trtllm.md §5 and §7.
+PR #6985 until PR #16668, saved to files or polled live (`_extract_metrics` and `get_perf_metrics`
+in TensorRT-LLM's `tensorrt_llm/serve/openai_server.py`).
 
 The endpoint returns the requests finished since the last call and forgets them (drained on
 read), so every poll is a new array. A file holds either

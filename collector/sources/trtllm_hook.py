@@ -1,5 +1,5 @@
 """TensorRT-LLM post-processor hook records: the `raw_output` lines of the `RawOutputDump` hook
-(formats-trtllm.md §10; the hook exists only in the fork JunyiXu-nv/TensorRT-LLM,
+(TensorRT-LLM's `--post_processor_hook`, a prototype; the hook exists only in the fork JunyiXu-nv/TensorRT-LLM,
 `tensorrt_llm/executor/raw_output_hook.py`, whose code gives the field names below).
 
 Enabled with `--post_processor_hook tensorrt_llm.executor.raw_output_hook.RawOutputDump` and
@@ -14,7 +14,7 @@ folder per UTC hour) one line per (request, output) when it finishes:
 - `request_id` is the engine's own id (as text): an engine id scoped to the process;
   `disagg_request_id` is the disaggregated server's id, null when serving is aggregated.
 - The record starts at `started_at` (the first chunk the hook saw) and lasts until `finished_at`.
-- The model's text is not stored (DESIGN.md: no prompt or reply text unless asked for), only its
+- The model's text is not stored (no source stores prompt or reply text unless asked), only its
   length and the number of streamed frames.
 
 The process is `<host>:<pid>`: the pid from the file name, the host from the name of the folder

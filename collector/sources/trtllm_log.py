@@ -1,5 +1,5 @@
 """TensorRT-LLM text logs: the stdout/stderr of `trtllm-serve` workers and of the disaggregated
-server (formats-trtllm.md §11). There is no JSON option; lines come in these shapes:
+server. There is no JSON option; lines come in these shapes:
 
     [07/09/2025-23:07:49] [TRT-LLM] [I] message                 tensorrt_llm/logger.py
     [07/09/2025-23:07:49] [TRT-LLM] [RANK 3] [W] message        several ranks (older: [MPI_Rank 3])

@@ -89,7 +89,7 @@ def test_bad_lines_are_quarantined_and_the_rest_ingested(tj, tmp_path, db):
     mixed.write_bytes(b"\n".join(bad) + b"\n")
 
     run = tj("ingest", mixed, "--json")
-    assert run.code == 2, "bad input exits 2 (DESIGN.md), after storing the rest"
+    assert run.code == 2, "bad input exits 2, after storing the rest"
     summary = run.json()["sources"]["dynamo_jsonl"]
     stored = len(good) - 1  # every good line but the one that was truncated
     assert summary["records"] == stored

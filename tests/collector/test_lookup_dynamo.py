@@ -1,5 +1,5 @@
 """Looking up requests of a disaggregated Dynamo deployment (frontend, prefill and decode
-workers), built field for field from ../shared/reference/formats-dynamo.md by DynamoSample."""
+workers), built field for field as Dynamo 1.6.1 writes them by DynamoSample."""
 
 from __future__ import annotations
 

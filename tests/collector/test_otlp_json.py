@@ -19,7 +19,7 @@ from tracejoin.collector.sources import otlp_json
 
 
 def trtllm_worker_spans(host: str, pid: int, engine_ids: list[int]):
-    """`llm_request` spans as a TensorRT-LLM worker exports them (formats-trtllm.md §12: SERVER
+    """`llm_request` spans as a TensorRT-LLM worker exports them (`tensorrt_llm/llmapi/tracing.py`: SERVER
     kind, gen_ai.request.id = the engine's own request id). TensorRT-LLM cannot run here; its span
     shape is reproduced with the real SDK."""
     memory = InMemorySpanExporter()

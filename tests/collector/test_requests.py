@@ -76,7 +76,7 @@ def _mixed_sources(folder):
     """Requests that join every way: Dynamo's logs, spans and request-trace rows (collided keys
     included), trace-join's own lines with a retried disagg id and engine ids two workers share,
     a collision only another request's ids lead to, and a TensorRT-LLM perf file naming a worker
-    the middleware names otherwise (its format reproduced from reference/formats-trtllm.md §6:
+    the middleware names otherwise (its format reproduced from `tensorrt_llm/serve/perf_metrics.py`:
     TensorRT-LLM cannot run here)."""
     import orjson
 

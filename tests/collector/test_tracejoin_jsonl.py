@@ -79,7 +79,8 @@ def test_a_wrongly_typed_line_is_quarantined(tj, tmp_path):
 
 def test_a_process_named_two_ways_is_one_worker(tj, tmp_path):
     """The middleware names a worker host:port and says its host:pid; TensorRT-LLM's perf-metrics
-    files (formats-trtllm.md §6, reproduced: TensorRT-LLM cannot run here) name it host:pid."""
+    files (`perf_metrics-<kind>-<host>-<pid>-<time>.jsonl`, reproduced: TensorRT-LLM cannot run here)
+    name it host:pid."""
     middleware = write(tmp_path / "gen.jsonl", line(
         "2026-11-30T10:40:30.000000Z", "request.end", role="gen", worker="gpu-2:8002", process="gpu-2:4242",
         disagg_request_id="1099511627800", engine_request_id="3", engine_worker="gpu-2:4242", status=200))

@@ -2,8 +2,8 @@
 sniffer and by no other, so the order of SOURCES never decides a TensorRT-LLM file or takes an
 existing format's file away.
 
-TensorRT-LLM cannot run here (no GPU, no wheel): its files are built to
-../shared/reference/formats-trtllm.md by the helpers of the other test_trtllm_* modules.
+TensorRT-LLM cannot run here (no GPU, no wheel): its files are built as its code writes them, by
+the helpers of the other test_trtllm_* modules.
 """
 
 from __future__ import annotations

@@ -2,8 +2,7 @@
 by sources/trtllm_hook.py.
 
 TensorRT-LLM cannot run here (no GPU, no wheel): the lines are built as the fork
-JunyiXu-nv/TensorRT-LLM's `tensorrt_llm/executor/raw_output_hook.py` writes them
-(../shared/reference/formats-trtllm.md §10): `json.dumps(record, ensure_ascii=False,
+JunyiXu-nv/TensorRT-LLM's `tensorrt_llm/executor/raw_output_hook.py` writes them: `json.dumps(record, ensure_ascii=False,
 separators=(",", ":"))` into `<TRTLLM_RAW_OUTPUT_DIR>/<YYYY-MM-DDTHH>/raw-<pid>.jsonl`, the engine
 id and the disagg id as strings, times from `datetime.now(timezone.utc).isoformat()`.
 """

@@ -1,5 +1,5 @@
-"""Joins across TensorRT-LLM's records (../shared/reference/formats-trtllm.md; TensorRT-LLM cannot
-run here, so its formats are reproduced to the reference): steady-clock perf records placed on the
+"""Joins across TensorRT-LLM's records (TensorRT-LLM cannot run here, so its formats are reproduced
+from its sources, as the other test_trtllm_* modules cite them): steady-clock perf records placed on the
 wall clock through an anchor, and a retried context request's abandoned disagg id."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ WALL_START_NS = 1_796_035_710_000_000_000  # when the worker's llm_request span 
 
 
 def llm_request_span_line(host: str, pid: int, engine_id: int, start_ns: int, duration_s: float) -> bytes:
-    """An OTLP/JSON export of TensorRT-LLM's `llm_request` span (§12): SERVER, gen_ai.request.id
+    """An OTLP/JSON export of TensorRT-LLM's `llm_request` span: SERVER, gen_ai.request.id
     = the engine id, started at the request's arrival moved onto the wall clock."""
     return orjson.dumps({"resourceSpans": [{
         "resource": {"attributes": [
@@ -47,7 +47,7 @@ def test_perf_records_are_placed_on_the_wall_clock_by_the_same_process_span(tj, 
 
 
 def test_a_retried_context_requests_abandoned_disagg_id_is_an_orphan_not_a_wrong_join(tj, tmp_path):
-    """The disaggregated server re-mints the disagg id when it retries a context request (§9); its
+    """The disaggregated server re-mints the disagg id when it retries a context request; its
     record names only the last one. The first context attempt, on another ctx worker, is then
     reached by no reply: an orphan, joined to nothing else."""
     folder = tmp_path / "perf"

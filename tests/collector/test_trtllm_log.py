@@ -1,7 +1,7 @@
 """TensorRT-LLM text logs (workers and the disaggregated server), read by sources/trtllm_log.py.
 
-TensorRT-LLM cannot run here (no GPU, no wheel): the lines are built to
-../shared/reference/formats-trtllm.md §11 — `tensorrt_llm/logger.py`'s `[MM/DD/YYYY-HH:MM:SS]
+TensorRT-LLM cannot run here (no GPU, no wheel): the lines are built as its code writes them —
+`tensorrt_llm/logger.py`'s `[MM/DD/YYYY-HH:MM:SS]
 [TRT-LLM] [I] msg` (with `[RANK N]`, older `[MPI_Rank N]`), stdlib loggers through the same root
 handler, the C++ runtime's `[TensorRT-LLM][INFO]`, uvicorn — with the messages of the id-bearing
 lines as TensorRT-LLM's code formats them (`openai_server.py`, `openai_client.py`, and the hook's

@@ -1,7 +1,7 @@
 """TensorRT-LLM's OpenTelemetry spans, read by sources/otlp_json.py.
 
 TensorRT-LLM cannot run here (no GPU, no wheel): its spans are made with the real OpenTelemetry
-SDK to ../shared/reference/formats-trtllm.md §12 — the worker's `llm_request` (SERVER, scope
+SDK as `tensorrt_llm/llmapi/tracing.py` names them — the worker's `llm_request` (SERVER, scope
 `trt.llm`, `gen_ai.request.id` = the engine id, `gen_ai.latency.*` in seconds with -1 when
 unmeasured, `gen_ai.response.finish_reasons` as a JSON string, events `kv_cache_transfer_start` /
 `_end`) and the disaggregated server's `disaggregated_request` (SERVER, no attributes) — and

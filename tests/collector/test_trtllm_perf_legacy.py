@@ -1,8 +1,8 @@
 """TensorRT-LLM's legacy `GET /perf_metrics` arrays (PR #6985 until #16668) saved to files or
 polled, read by sources/perf_metrics_legacy.py.
 
-TensorRT-LLM cannot run here (no GPU, no wheel): the arrays are built to
-../shared/reference/formats-trtllm.md §5 and §7 — worker items are the post-#16668 worker
+TensorRT-LLM cannot run here (no GPU, no wheel): the arrays are built as `get_perf_metrics` in
+`tensorrt_llm/serve/openai_server.py` returns them — worker items are the post-#16668 worker
 records without `status`; a disaggregated server's records pair the ctx and gen workers' items,
 with `ctx_server`/`gen_server` and no `disagg_request_id` — as the endpoint returns them (compact
 JSON) and as `jq .` / `json.dump(indent=2)` save them (pretty-printed).
@@ -24,7 +24,7 @@ CTX_REQUEST_ID = 1099511627799
 
 def legacy_disagg_record(ctx_engine_id, gen_engine_id, ctx_request_id, arrival, *,
                          ctx_server="10.0.0.5:8001", gen_server="10.0.0.6:8002") -> dict:
-    """The disaggregated server's record (§7's example): the workers' items as it polled them."""
+    """The disaggregated server's record : the workers' items as it polled them."""
     return {
         "ctx_server": ctx_server, "gen_server": gen_server, "disagg_server_arrival_time": arrival,
         "disagg_ctx_dispatch_time": arrival + 0.003, "disagg_server_first_token_time": arrival + 0.14,

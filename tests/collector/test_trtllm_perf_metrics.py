@@ -2,8 +2,8 @@
 sources/perf_metrics_jsonl.py.
 
 TensorRT-LLM cannot run here (no GPU, no wheel): the files are built field for field, key order
-and compact separators included, as `PerfMetricsJsonlWriter` writes them according to
-../shared/reference/formats-trtllm.md §6-§7 (`WorkerPerfMetricsRecord`, `DisaggPerfMetricsRecord`,
+and compact separators included, as `PerfMetricsJsonlWriter` (`tensorrt_llm/serve/perf_metrics.py`)
+writes them (`WorkerPerfMetricsRecord`, `DisaggPerfMetricsRecord`,
 file name `perf_metrics-<server_kind>-<hostname>-<pid>-<YYYYmmddTHHMMSSZ>.jsonl`). The legacy
 `/perf_metrics` tests (test_trtllm_perf_legacy.py) build their items with the same helpers.
 """
@@ -23,7 +23,7 @@ STAMP = "20260722T101500Z"
 
 
 def timing(arrival: float, *, queue=0.001, ttft=0.043, e2e=0.502, kv: tuple | None = None, nulls=()) -> dict:
-    """`timing_metrics` of one finished request, steady-clock seconds (§4, §5): the HTTP arrival a
+    """`timing_metrics` of one finished request, steady-clock seconds: the HTTP arrival a
     few ms before the engine's, zero or missing times as null, kv transfer keys only when
     kv_cache_size > 0."""
     t = {
@@ -80,7 +80,7 @@ def worker_line(request_id, timing_metrics: dict, *, ctx_request_id=None, disagg
 
 
 def disagg_line(disagg_request_id, arrival: float, *, ctx_server="10.0.0.5:8001", gen_server="10.0.0.6:8002") -> bytes:
-    """A `DisaggPerfMetricsRecord` line: the phases' request_id is str(disagg id) made an int (§6)."""
+    """A `DisaggPerfMetricsRecord` line: the phases' request_id is str(disagg id) made an int."""
     return compact({
         "ctx_server": ctx_server, "gen_server": gen_server,
         "disagg_server_arrival_time": arrival, "disagg_ctx_dispatch_time": arrival + 0.003,

@@ -37,7 +37,7 @@ LEFT JOIN stated_roles s ON s.worker = n.worker
 
 def sources(folder):
     """_mixed_sources, and a process that only its own records name by host:pid: TensorRT-LLM's
-    `llm_request` span (format reproduced from reference/formats-trtllm.md §12; it cannot run here),
+    `llm_request` span (format reproduced from `tensorrt_llm/llmapi/tracing.py`; it cannot run here),
     which the middleware's line names host:port, in the role the middleware states."""
     files = _mixed_sources(folder)
     write(folder / "gen-3.jsonl", line("2026-11-30T10:48:30.100000Z", "request.end", role="gen", worker="gpu-3:8003",
