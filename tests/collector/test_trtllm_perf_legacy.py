@@ -24,7 +24,7 @@ CTX_REQUEST_ID = 1099511627799
 
 def legacy_disagg_record(ctx_engine_id, gen_engine_id, ctx_request_id, arrival, *,
                          ctx_server="10.0.0.5:8001", gen_server="10.0.0.6:8002") -> dict:
-    """The disaggregated server's record : the workers' items as it polled them."""
+    """The disaggregated server's record: the workers' items as it polled them."""
     return {
         "ctx_server": ctx_server, "gen_server": gen_server, "disagg_server_arrival_time": arrival,
         "disagg_ctx_dispatch_time": arrival + 0.003, "disagg_server_first_token_time": arrival + 0.14,
