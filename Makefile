@@ -33,9 +33,10 @@ integration: $(BIN)/trace-join
 # Benchmarks (bench/, docs/performance.md); not part of `make test`. Arize Phoenix, the OTLP
 # baseline, gets a venv of its own so its many pins cannot change what trace-join runs with.
 # wrk drives the middleware benchmark and Valgrind counts its instructions (Debian: apt-get install -y wrk
-# valgrind). BENCH_ARGS=--quick: a smoke run.
+# valgrind); opentelemetry-instrumentation-asgi is what it compares the middleware with. BENCH_ARGS=--quick:
+# a smoke run.
 bench: $(BIN)/trace-join
-	$(BIN)/pip install --quiet py-spy
+	$(BIN)/pip install --quiet py-spy opentelemetry-instrumentation-asgi
 	test -x .venv-phoenix/bin/phoenix || { $(PYTHON) -m venv .venv-phoenix && .venv-phoenix/bin/pip install --quiet arize-phoenix; }
 	@command -v wrk >/dev/null || echo "bench: wrk not found, the middleware benchmark is skipped (apt-get install -y wrk)"
 	@command -v valgrind >/dev/null || echo "bench: valgrind not found, the middleware's instructions are not counted (apt-get install -y valgrind)"

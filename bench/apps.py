@@ -1,10 +1,13 @@
-"""The servers the middleware benchmark runs: one minimal Starlette app, bare and with
-TraceJoinMiddleware (its records go to $TRACEJOIN_LOG). Started as uvicorn factories:
-`uvicorn --factory bench.apps:bare` / `bench.apps:traced`."""
+"""The servers the middleware benchmark runs: one minimal Starlette app, bare, with
+TraceJoinMiddleware (its records go to $TRACEJOIN_LOG), and with what a user would install
+instead, opentelemetry-instrumentation-asgi's middleware, its spans batched to a JSON lines file at
+$TRACEJOIN_LOG. Started as uvicorn factories: `uvicorn --factory bench.apps:bare` /
+`bench.apps:traced` / `bench.apps:otel_asgi`."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -45,4 +48,18 @@ def bare() -> Starlette:
 def traced() -> Starlette:
     app = bare()
     app.add_middleware(TraceJoinMiddleware, role="agg")
+    return app
+
+
+def otel_asgi() -> Starlette:
+    from opentelemetry.exporter.otlp.json.file import FileSpanExporter
+    from opentelemetry.instrumentation.asgi import OpenTelemetryMiddleware
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+    provider = TracerProvider(resource=Resource.create({"service.name": "bench"}))
+    provider.add_span_processor(BatchSpanProcessor(FileSpanExporter(os.environ["TRACEJOIN_LOG"])))
+    app = bare()
+    app.add_middleware(OpenTelemetryMiddleware, tracer_provider=provider)
     return app

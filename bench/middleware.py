@@ -1,10 +1,14 @@
 """3. Middleware overhead: requests/s of a minimal Starlette app with TraceJoinMiddleware against
-the same app without it (wrk on loopback, same run, runs interleaved), the median latency the
-middleware adds (wrk, one connection), and the time to first byte `trace-join proxy` adds in
-front of the bare app (a keep-alive socket client, requests alternating between the two)."""
+the same app without it, and against it with opentelemetry-instrumentation-asgi's middleware, what
+a user would install instead (wrk on loopback, same run, runs interleaved); the median latency the
+middleware adds (wrk, one connection); the instructions a request takes in each (callgrind); and
+the time to first byte `trace-join proxy` adds in front of the bare app (a keep-alive socket
+client, requests alternating between the two)."""
 
 from __future__ import annotations
 
+import contextlib
+import importlib.util
 import re
 import shutil
 import socket
@@ -17,6 +21,7 @@ from .common import BIN, REPO, TRACE_JOIN, Config, Row, Server, env_with, free_p
 from .profile import summarize
 
 TARGET_RATIO = 0.85
+OTEL_ASGI = importlib.util.find_spec("opentelemetry.instrumentation.asgi") is not None
 CALLS = (500, 1500)  # app calls of the two counted runs
 BODY = b'{"model":"m","messages":[{"role":"user","content":"hi"}]}'
 WRK_SCRIPT = """wrk.method = "POST"
@@ -94,10 +99,15 @@ def run(cfg: Config, seconds: float, ttfb_requests: int, notes: list[str]) -> li
         return []
     script = cfg.data / "post.lua"
     script.write_text(WRK_SCRIPT)
-    rps = {"bare": [], "traced": []}
-    latency = {"bare": [], "traced": []}
-    with _app_server("bare", cfg) as bare, _app_server("traced", cfg) as traced:
-        servers = {"bare": bare, "traced": traced}
+    apps = ["bare", "traced"] + (["otel_asgi"] if OTEL_ASGI else [])
+    if not OTEL_ASGI:
+        notes.append("3 middleware: opentelemetry-instrumentation-asgi is not installed, so not compared "
+                     "(`make bench` installs it)")
+    rps = {name: [] for name in apps}
+    latency = {name: [] for name in apps}
+    with contextlib.ExitStack() as started:
+        servers = {name: started.enter_context(_app_server(name, cfg)) for name in apps}
+        bare = servers["bare"]
         for server in servers.values():  # warm-up: imports, the middleware's first-request setup
             _wrk(server.port, script, 4, 1)
         for _ in range(cfg.runs):
@@ -127,14 +137,28 @@ def run(cfg: Config, seconds: float, ttfb_requests: int, notes: list[str]) -> li
     if shutil.which("valgrind") is None:
         notes.append("3 middleware: instructions not counted, Valgrind is not installed (apt-get install -y valgrind)")
     else:
-        bare_ir, traced_ir = (_instructions_per_request(name, cfg) for name in ("bare", "traced"))
-        counted.append(Row("3 middleware", "instructions a request, app called in-process (callgrind)", traced_ir,
-                           "instr", bare_ir, note=f"added: {traced_ir - bare_ir:,.0f}; the same count whatever "
-                                                   "else the machine runs"))
+        ir = {name: _instructions_per_request(name, cfg) for name in apps}
+        counted.append(Row("3 middleware", "instructions a request, app called in-process (callgrind)", ir["traced"],
+                           "instr", ir["bare"], note=f"added: {ir['traced'] - ir['bare']:,.0f}; the same count "
+                                                     "whatever else the machine runs"))
+        if OTEL_ASGI:
+            counted.append(Row("3 middleware", "instructions a request: TraceJoinMiddleware against "
+                               "opentelemetry-instrumentation-asgi", ir["traced"], "instr", ir["otel_asgi"],
+                               note=f"OTel ASGI adds {ir['otel_asgi'] - ir['bare']:,.0f} to the bare app's"))
     how = f"wrk -t1 -c32, {seconds:g} s × {cfg.runs}, uvicorn 1 process; records to a JSONL file"
+    compared = []
+    if OTEL_ASGI:
+        otel_rps = median(rps["otel_asgi"])
+        compared = [
+            Row("3 middleware", "requests/s with opentelemetry-instrumentation-asgi", otel_rps, "req/s", bare_rps,
+                note=how.replace("records to a JSONL file", "spans batched to a JSON lines file")),
+            Row("3 middleware", "requests/s: TraceJoinMiddleware against opentelemetry-instrumentation-asgi",
+                traced_rps, "req/s", otel_rps, note="what a user would install instead, same run"),
+        ]
     return [
         Row("3 middleware", "requests/s with TraceJoinMiddleware", traced_rps, "req/s", bare_rps,
             f"≥ {TARGET_RATIO}×", traced_rps >= TARGET_RATIO * bare_rps, how),
+        *compared,
         Row("3 middleware", "median latency with middleware (1 connection)", median(latency["traced"]), "µs",
             median(latency["bare"]), note=f"added: {added_us:.0f} µs"),
         Row("3 middleware", "proxy time to first byte (streamed POST)", median(ttfb["proxy"]), "µs",
