@@ -8,7 +8,8 @@ or log records cannot be read, or hold a value the store cannot, the others are 
 answer is a partial success: how many were rejected, and the first reason.
 
 Both receivers also share the intake budget (IntakeBudget), which bounds the memory of the
-requests in progress.
+requests in progress, and decode through Receiver.decode, which holds what a body will cost in
+that budget before each step that builds it.
 """
 
 from __future__ import annotations
@@ -34,10 +35,18 @@ from .writer import Body, Busy
 SOURCE = otlp_json.NAME
 MAX_BODY = 20 << 20  # the limit the OTLP spec recommends, before and after decompression
 INTAKE_BUDGET = 512 << 20  # memory received bodies may hold at once (IntakeBudget)
-# What a body weighs in memory, per byte received, from its reading to its commit: the body, what
-# its decoding builds (protobuf's message, the spans, the records) and the records' tables. Measured
-# on SDK exports of small spans, the heaviest per byte; a protobuf byte becomes more than a JSON one.
+# What a body weighs in memory from its reading to its commit: the body, what its decoding builds
+# (protobuf's message or the JSON objects, the spans, the records) and the records' tables. A body
+# weighs the largest of these estimates, each held as soon as it can be made (Receiver.decode):
+# - per byte received, measured on SDK exports of small spans, the heaviest per byte; a protobuf
+#   byte becomes more than a JSON one;
 WEIGHT = {"protobuf": 24, "json": 16}
+# - per resource block, scope block, span and log record, however few bytes it takes: what the
+#   smallest ones SDKs make cost, as a body of many tiny items costs far more than its bytes say;
+ITEM_WEIGHT = 3584
+# - per `{` and `[` of a JSON body, before its items can be counted: what the JSON parser builds
+#   for each (those within strings count too, which errs on the heavy side).
+JSON_CONTAINER_WEIGHT = 256
 
 
 # -- protobuf messages to the OTLP JSON source's spans and log records --------------------------
@@ -153,6 +162,21 @@ class Receiver:
         self.origin = origin
         self.parser = otlp_json.LineParser(keep_content=keep_content)
 
+    def decode(self, signal: Signal, body: bytes, encoding: str, hold: Hold) -> Decoded:
+        """The records of a body in `encoding` ("protobuf" or "json"), each estimate of its weight
+        held in `hold` before the step it pays for: its size before its items are counted, its
+        items before they are built. OverBudget (retry later) or TooHeavy (never) when one does not
+        fit."""
+        hold.body(len(body), encoding)
+        most = hold.budget.limit // ITEM_WEIGHT  # a body of more items is too heavy: counting stops there
+        if encoding == "protobuf":
+            hold.at_least(_protobuf_items(signal, body, most) * ITEM_WEIGHT)
+            return self.decode_protobuf(signal, body)
+        hold.at_least((body.count(b"{") + body.count(b"[")) * JSON_CONTAINER_WEIGHT)
+        obj = _json_object(body)
+        hold.at_least(_json_items(signal, obj, most) * ITEM_WEIGHT)
+        return self.decode_object(signal, obj)
+
     def decode_protobuf(self, signal: Signal, body: bytes) -> Decoded:
         try:
             request = signal.request.FromString(body)
@@ -177,11 +201,7 @@ class Receiver:
         return records
 
     def decode_json(self, signal: Signal, body: bytes) -> Decoded:
-        try:
-            obj = load_object(body)
-        except Unparseable as e:
-            raise Undecodable(str(e)) from None
-        return self.decode_object(signal, obj)
+        return self.decode_object(signal, _json_object(body))
 
     def decode_object(self, signal: Signal, obj: dict) -> Decoded:
         # Only this signal's blocks: a logs block posted to /v1/traces is ignored, as protobuf would.
@@ -192,6 +212,13 @@ class Receiver:
 
     def body(self, raw: bytes, decoded: Decoded) -> Body:
         return Body(self.origin, SOURCE, hashlib.sha256(raw).hexdigest(), decoded.records)
+
+
+def _json_object(body: bytes) -> dict:
+    try:
+        return load_object(body)
+    except Unparseable as e:
+        raise Undecodable(str(e)) from None
 
 
 def _decode(decode: Callable[[object], list[Record]], export, singles: Callable[[], Iterable]) -> Decoded:
@@ -240,19 +267,127 @@ def response(signal: Signal, decoded: Decoded) -> Message:
     return answer
 
 
+# -- counting a body's items, before they are built ---------------------------------------------
+
+# The protobuf fields of an export request that hold its resource blocks, theirs that hold scope
+# blocks, and theirs that hold spans or log records: the same numbers for both signals.
+_ITEM_PATH = (1, 2, 2)
+
+
+class _NotWireFormat(ValueError):
+    pass
+
+
+def _protobuf_items(signal: Signal, body: bytes, most: int) -> int:
+    """The resource blocks, scope blocks and items of a protobuf export request, counted on the
+    wire without building anything; once past `most`, the count so far."""
+    try:
+        return _count_fields(body, 0, len(body), 0, most)
+    except IndexError:
+        raise Undecodable(f"not an {signal.request.__name__}: it ends within a field") from None
+    except _NotWireFormat as e:
+        raise Undecodable(f"not an {signal.request.__name__}: {e}") from None
+
+
+def _count_fields(buf: bytes, pos: int, end: int, depth: int, most: int) -> int:
+    """The fields numbered _ITEM_PATH[depth] of the message buf[pos:end] and, within each, those
+    of the levels below; once past `most`, the count so far. Only tags and lengths are read: one
+    turn of the loop per field, which on a body of millions of tiny items is what `most` bounds."""
+    count = 0
+    wanted = _ITEM_PATH[depth] << 3 | 2  # the tag of a length-delimited field of that number
+    inner = depth + 1 < len(_ITEM_PATH)
+    while pos < end and count <= most:
+        tag = buf[pos]
+        pos += 1
+        if tag > 0x7F:
+            tag, pos = _varint(buf, pos - 1)
+        wire = tag & 7
+        if wire == 2:  # length-delimited: a message, a string or bytes
+            length = buf[pos]
+            pos += 1
+            if length > 0x7F:
+                if buf[pos] > 0x7F:
+                    length, pos = _varint(buf, pos - 1)
+                else:  # two bytes, as most spans' lengths take: read here rather than in a call
+                    length = length & 0x7F | buf[pos] << 7
+                    pos += 1
+            if tag == wanted:
+                count += 1
+                if inner:
+                    count += _count_fields(buf, pos, pos + length, depth + 1, most - count)
+            pos += length
+        elif wire == 0:
+            pos = _varint(buf, pos)[1]
+        elif wire == 1:
+            pos += 8
+        elif wire == 5:
+            pos += 4
+        else:  # a group, which no OTLP message has
+            raise _NotWireFormat(f"a field of wire type {wire}")
+    if pos != end and count <= most:
+        raise _NotWireFormat("a field runs past the end of its message")
+    return count
+
+
+def _varint(buf: bytes, pos: int) -> tuple[int, int]:
+    """The varint at buf[pos], and the position after it."""
+    value = shift = 0
+    while True:
+        byte = buf[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+        if shift > 63:  # protobuf's take ten bytes at most; reading on would grow an integer without end
+            raise _NotWireFormat("a varint of more than ten bytes")
+
+
+def _json_items(signal: Signal, export, most: int) -> int:
+    """The resource blocks, scope blocks and items of a JSON export, under either spelling of
+    their keys (both, where a block has both, as _single_item_exports reads them); once past
+    `most`, the count so far."""
+    resources, scopes, items = (set(keys) for keys in zip(*signal.shapes))
+    count = 0
+    for blocks in _lists(export, resources):
+        count += len(blocks)
+        for block in blocks:
+            for scope_blocks in _lists(block, scopes):
+                count += len(scope_blocks)
+                for scope in scope_blocks:
+                    if count > most:
+                        return count
+                    count += sum(map(len, _lists(scope, items)))
+            if count > most:
+                return count
+    return count
+
+
+def _lists(obj, keys: set[str]) -> list[list]:
+    """The lists the JSON value `obj` holds under `keys`: none when it is not an object."""
+    return [value for key in keys if isinstance(value := obj.get(key), list)] if isinstance(obj, dict) else []
+
+
 # -- the intake budget -----------------------------------------------------------------------------
 
 class OverBudget(Busy):
     """Taking a body would put the receivers' memory past the intake budget: retry later."""
 
 
+class TooHeavy(ValueError):
+    """A body that weighs more than the whole intake budget: no retry could make it fit, so it is
+    refused for good (413 / INVALID_ARGUMENT) rather than told to retry later."""
+
+
 class IntakeBudget:
     """The memory that received bodies may hold at once, shared by both receivers, as the
     OpenTelemetry Collector's memory_limiter bounds its pipeline's. A body of N bytes counts as
-    N × WEIGHT from before it is read until the writer has committed (or refused) its records.
+    N × WEIGHT from before it is read, and as what its items weigh (ITEM_WEIGHT) once they are
+    counted, before they are built, until the writer has committed (or refused) its records.
     One that does not fit is refused before it is read (a gzip body that inflates past its share,
-    as it is read), and its client retries later; one that fits is read, decoded and committed, so
-    under any load some bodies get through."""
+    as it is read; a body of many tiny items, before they are built), and its client retries
+    later; one that fits is read, decoded and committed, so under any load some bodies get
+    through. One heavier than the whole budget is refused for good."""
 
     def __init__(self, limit: int = INTAKE_BUDGET):
         self.limit = limit
@@ -261,7 +396,8 @@ class IntakeBudget:
 
     @staticmethod
     def needed(max_body: int) -> int:
-        """The smallest budget that holds one body of `max_body` bytes, whatever its encoding."""
+        """The smallest budget that holds one body of `max_body` bytes by its size, whatever its
+        encoding (its items may weigh more)."""
         return max_body * max(WEIGHT.values())
 
     @contextmanager
@@ -289,8 +425,11 @@ class Hold:
 
     def resize(self, nbytes: int) -> None:
         """Hold `nbytes` of the budget from now on; OverBudget (holding what it held) when that
-        does not fit beside what the other requests hold."""
+        does not fit beside what the other requests hold, TooHeavy when it does not fit at all."""
         budget = self.budget
+        if nbytes > budget.limit:
+            raise TooHeavy(f"decoded, the body would take at least {nbytes} bytes, more than the whole intake "
+                           f"memory budget ({budget.limit} bytes): send fewer spans or log records at once")
         with budget.lock:
             if nbytes > self.nbytes and budget.held - self.nbytes + nbytes > budget.limit:
                 raise OverBudget(f"the intake memory budget ({budget.limit} bytes) is taken by the bodies in progress")
@@ -298,6 +437,11 @@ class Hold:
             self.nbytes = nbytes
 
     def body(self, nbytes: int, encoding: str) -> None:
-        """Hold what a body of `nbytes` in `encoding` weighs."""
+        """Hold what a body of `nbytes` in `encoding` weighs by its size."""
         self.resize(nbytes * WEIGHT[encoding])
+
+    def at_least(self, nbytes: int) -> None:
+        """Hold `nbytes` of the budget if that is more than it holds."""
+        if nbytes > self.nbytes:
+            self.resize(nbytes)
 

@@ -1,11 +1,12 @@
 """The OTLP/gRPC receiver: TraceService and LogsService `Export`.
 
-Answers as the OTLP specification says (reference/formats-otel.md §2): OK once the records are
+Answers as the OTLP specification (its "OTLP/gRPC Response" section) says: OK once the records are
 committed (with `partial_success` when some were rejected), INVALID_ARGUMENT for a request that is
-not an export request or of which the store can take nothing, UNAUTHENTICATED without the bearer
-token when one is set, UNAVAILABLE with a RetryInfo when the intake budget has no room for the
-message, the writer's queue is full, the commit takes too long or the store fails, and
-RESOURCE_EXHAUSTED (from gRPC itself) for a message over the size limit, compressed or not.
+not an export request, of which the store can take nothing, or that is heavier than the whole
+intake budget (many tiny items), UNAUTHENTICATED without the bearer token when one is set,
+UNAVAILABLE with a RetryInfo when the intake budget has no room for the message, the writer's
+queue is full, the commit takes too long or the store fails, and RESOURCE_EXHAUSTED (from gRPC
+itself) for a message over the size limit, compressed or not.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from google.rpc import code_pb2, error_details_pb2, status_pb2
 from tracejoin.middleware.proxy import parse_listen
 
 from .http_server import bearer_matches
-from .otlp import LOGS, MAX_BODY, TRACES, Hold, IntakeBudget, Receiver, Signal, Undecodable, response
+from .otlp import LOGS, MAX_BODY, TRACES, Hold, IntakeBudget, Receiver, Signal, TooHeavy, Undecodable, response
 from .records import Unstorable
 from .writer import Busy, Writer
 
@@ -86,7 +87,9 @@ class _Export:
         with self.budget.hold() as hold:
             try:
                 decoded = self._store(messages, hold)
-            except (Undecodable, Unstorable) as e:  # Unstorable: the writer could store nothing of it
+            # Unstorable: the writer could store nothing of it. TooHeavy: no budget holds it, and
+            # exporters retry RESOURCE_EXHAUSTED, but never INVALID_ARGUMENT.
+            except (Undecodable, Unstorable, TooHeavy) as e:
                 context.abort(grpc.StatusCode.INVALID_ARGUMENT, str(e))
             except Busy as e:
                 _retry_later(context, f"the collector is busy: {e}")
@@ -101,8 +104,7 @@ class _Export:
         request = next(messages, None)
         if request is None:
             raise Undecodable("the call sent no export request")
-        hold.body(len(request), "protobuf")
-        decoded = self.receiver.decode_protobuf(self.signal, request)
+        decoded = self.receiver.decode(self.signal, request, "protobuf", hold)
         if decoded.records:
             hold.committed = self.writer.submit(self.receiver.body(request, decoded), wait=False)
             hold.committed.result(ACK_TIMEOUT_S)

@@ -1,12 +1,12 @@
 """The OTLP/HTTP receiver: `POST /v1/traces` and `/v1/logs`, protobuf or JSON, plain or gzip.
 
-Answers as the OTLP specification says (reference/formats-otel.md §2), in the request's content
+Answers as the OTLP specification (its "OTLP/HTTP Response" section) says, in the request's content
 type: 200 once the records are committed (with `partialSuccess` when some were rejected), 400 for
 a body that is not an export request or of which the store can take nothing, 413 over the body
-limit, 415 for another content type, 401 without the bearer token when one is set, and 503 with
-`Retry-After` when the intake budget has no room for the body, the writer's queue is full, the
-commit takes too long or the store fails (a retried body that did get stored is recognized by its
-sha256).
+limit or for a body heavier than the whole intake budget (many tiny items), 415 for another
+content type, 401 without the bearer token when one is set, and 503 with `Retry-After` when the
+intake budget has no room for the body, the writer's queue is full, the commit takes too long or
+the store fails (a retried body that did get stored is recognized by its sha256).
 
 The body limit holds before and after decompression, and gzip is inflated as it streams in, never
 past the limit: a small gzip bomb costs at most the limit in memory.
@@ -29,7 +29,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from .http_server import bearer_matches
-from .otlp import LOGS, MAX_BODY, TRACES, IntakeBudget, Receiver, Signal, Undecodable, response
+from .otlp import LOGS, MAX_BODY, TRACES, IntakeBudget, Receiver, Signal, TooHeavy, Undecodable, response
 from .records import Unstorable
 from .writer import Busy, Writer
 
@@ -58,13 +58,12 @@ def otlp_http_app(writer: Writer, *, max_body: int = MAX_BODY, token: str | None
         with budget.hold() as hold:
             try:
                 raw = await read_body(request, max_body, lambda size: hold.body(size, fmt))
-                decode = receiver.decode_protobuf if fmt == "protobuf" else receiver.decode_json
-                decoded = await run_in_threadpool(decode, signal, raw)
+                decoded = await run_in_threadpool(receiver.decode, signal, raw, fmt, hold)
                 if decoded.records:
                     hold.committed = writer.submit(receiver.body(raw, decoded), wait=False)
                     # shield: a timeout must not cancel the writer's future; the body may still commit.
                     await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(hold.committed)), ACK_TIMEOUT_S)
-            except TooLarge as e:
+            except (TooLarge, TooHeavy) as e:  # neither is retried: 413 is not among OTLP's retryable codes
                 return _failure(fmt, 413, code_pb2.RESOURCE_EXHAUSTED, str(e))
             except (Undecodable, Unstorable) as e:  # Unstorable: the writer could store nothing of it
                 return _failure(fmt, 400, code_pb2.INVALID_ARGUMENT, str(e))
