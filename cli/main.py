@@ -63,13 +63,13 @@ def _open(db: Optional[str], *, read_only: bool):
 
 def _query(db: Optional[str], name: str, **params):
     """Run a read query (collector/queries.py) on the store; while `trace-join collect` holds the
-    store, the collector runs it and sends the result (collector/remote.py). A query that would
+    store, the collector runs it and sends the result (collector/service/remote.py). A query that would
     store the requests tables first (they lag the records: an ingest leaves them to their first
     reader) opens the store for writing to keep them; if another process is reading it, the query
     builds them for itself."""
     from pathlib import Path
 
-    from tracejoin.collector import remote
+    from tracejoin.collector.service import remote
     from tracejoin.collector.queries import run_query, stores_first
     from tracejoin.collector.store import StoreError, StoreLocked, default_db_path, open_store
 
@@ -239,9 +239,9 @@ def collect(
     from pathlib import Path
 
     from tracejoin.cli.render import visible
-    from tracejoin.collector.collect import CollectConfig, CollectError, collect as run_collector
-    from tracejoin.collector.http_server import Limits
-    from tracejoin.collector.otlp import IntakeBudget
+    from tracejoin.collector.service.collect import CollectConfig, CollectError, collect as run_collector
+    from tracejoin.collector.service.http_server import Limits
+    from tracejoin.collector.service.otlp import IntakeBudget
     from tracejoin.collector.store import StoreError, default_db_path
 
     needed = IntakeBudget.needed(max_body)

@@ -4,8 +4,8 @@ collector).
 
 Each takes a store and JSON parameters and returns JSON-ready data. The command runs it on the
 database itself when it can open it; while `trace-join collect` holds the database, the collector
-runs the same function under its own connection (query_server.py) and sends the result back
-(remote.py). Either way the command prints the same.
+runs the same function under its own connection (service/query_server.py) and sends the result back
+(service/remote.py). Either way the command prints the same.
 """
 
 from __future__ import annotations

@@ -137,7 +137,7 @@ CREATE TABLE IF NOT EXISTS quarantine (
 );
 """
 
-# A name for the store, kept by its copies (snapshot.py): a copy of this very store, from before,
+# A name for the store, kept by its copies (service/snapshot.py): a copy of this very store, from before,
 # is a copy of a prefix of it, since records are only ever added.
 STORE_ID = "INSERT OR IGNORE INTO meta VALUES ('store_id', CAST(uuid() AS VARCHAR))"
 

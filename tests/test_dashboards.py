@@ -21,7 +21,7 @@ import duckdb
 import pytest
 
 from dashboards.macros import ExpansionError, Window, expand
-from tracejoin.collector.snapshot import publish
+from tracejoin.collector.service.snapshot import publish
 from tracejoin.collector.store import open_store
 
 ROOT = Path(__file__).resolve().parents[1]

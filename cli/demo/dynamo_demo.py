@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 
 from tracejoin.cli import render
-from tracejoin.collector import remote
+from tracejoin.collector.service import remote
 from tracejoin.collector.store import StoreError
 
 from .deployment import DeploymentError

@@ -31,7 +31,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tracejoin.collector import remote
+from tracejoin.collector.service import remote
 from tracejoin.collector.store import StoreError
 
 from .deployment import DeploymentError, StartsAndStops

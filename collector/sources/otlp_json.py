@@ -1,6 +1,6 @@
 """OTLP JSON files: one `TracesData`/`LogsData` (or export request) per line, as the
 OpenTelemetry Collector's `file` exporter and Python's `opentelemetry-exporter-otlp-json-file`
-write them. The OTLP receivers (collector/otlp.py) read the bodies they receive with it too.
+write them. The OTLP receivers (collector/service/otlp.py) read the bodies they receive with it too.
 
 Forgiving as a receiver must be: trace and span ids in hex (the OTLP spec) or base64 (protobuf's
 generic JSON mapping), enums as numbers or names, 64-bit integers as strings or numbers, and keys

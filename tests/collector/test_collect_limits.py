@@ -12,11 +12,11 @@ import pytest
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
-from tracejoin.collector.http_server import HttpServer
-from tracejoin.collector.otlp_grpc import OtlpGrpcServer
-from tracejoin.collector.otlp_http import otlp_http_app
+from tracejoin.collector.service.http_server import HttpServer
+from tracejoin.collector.service.otlp_grpc import OtlpGrpcServer
+from tracejoin.collector.service.otlp_http import otlp_http_app
 from tracejoin.collector.store import open_store
-from tracejoin.collector.writer import Body, Busy, Writer
+from tracejoin.collector.service.writer import Body, Busy, Writer
 
 from .collector_process import query
 from .otlp_senders import gzip_of_zeros, protobuf_body, sdk_spans

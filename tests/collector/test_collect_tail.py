@@ -99,7 +99,7 @@ def test_the_files_query_says_how_far_each_watched_file_is_read(collector, tmp_p
     """What `trace-join demo --dynamo` waits on before it stops the collector: through the running
     collector, each file and the byte its committed records reach, which stays before a torn last
     line until the line is complete."""
-    from tracejoin.collector import remote
+    from tracejoin.collector.service import remote
 
     logs = tmp_path / "logs"
     logs.mkdir()

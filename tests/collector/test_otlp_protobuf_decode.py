@@ -1,4 +1,4 @@
-"""Protobuf export requests are read straight from their messages (collector/otlp.py), JSON ones by
+"""Protobuf export requests are read straight from their messages (collector/service/otlp.py), JSON ones by
 the OTLP JSON source: the same data must give the same records, and the same rejections, either way.
 
 The exports are made by the real OpenTelemetry SDK and its OTLP encoders; the invalid items an SDK
@@ -22,7 +22,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
-from tracejoin.collector.otlp import LOGS, TRACES, Decoded, Receiver, Signal
+from tracejoin.collector.service.otlp import LOGS, TRACES, Decoded, Receiver, Signal
 
 REPLY = "chatcmpl-7029674b-fb5d-4e14-b2d8-e6e7f6e00764"
 INTERNAL_ID = "92224e18-6e5e-45be-945f-40267759d235"

@@ -8,7 +8,7 @@ import shutil
 
 from tracejoin.collector import requests
 from tracejoin.collector.ingest import Ingester
-from tracejoin.collector.snapshot import publish
+from tracejoin.collector.service.snapshot import publish
 from tracejoin.collector.store import open_store
 
 from .test_requests import _mixed_sources

@@ -148,7 +148,7 @@ def test_every_block_and_item_protobuf_would_build_is_weighed():
     is not protobuf is refused as such."""
     from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 
-    from tracejoin.collector.otlp import ITEM_WEIGHT, LOGS, IntakeBudget, Receiver, Undecodable
+    from tracejoin.collector.service.otlp import ITEM_WEIGHT, LOGS, IntakeBudget, Receiver, Undecodable
 
     # Fields the counting skips: a varint, a fixed32, a fixed64 and a string.
     unknown = varint(7 << 3) + varint(300) + varint(9 << 3 | 5) + bytes(4) + varint(10 << 3 | 1) + bytes(8)

@@ -27,7 +27,7 @@ from tests.collector.collector_process import query
 from tests.collector.otlp_senders import grpc_exporter, http_exporter, protobuf_body, sdk_spans
 from tracejoin.collector.records import Record, Unstorable
 from tracejoin.collector.store import open_store
-from tracejoin.collector.writer import Body, Writer
+from tracejoin.collector.service.writer import Body, Writer
 
 JSON = {"content-type": "application/json"}
 PROTOBUF = {"content-type": "application/x-protobuf"}

@@ -22,6 +22,7 @@ from typing import Callable
 
 from tracejoin.middleware.proxy import ListenError
 
+from ..store import Store, open_store
 from .http_server import HttpServer, Limits
 from .otlp import INTAKE_BUDGET, MAX_BODY, IntakeBudget
 from .otlp_grpc import OtlpGrpcServer
@@ -30,7 +31,6 @@ from .query_server import new_token, query_app, write_endpoint_file
 from .remote import endpoint_file
 from .scraper import Scraper
 from .snapshot import INTERVAL_S, Snapshotter, publish, snapshot_path
-from .store import Store, open_store
 from .tailer import Tailer
 from .writer import Writer
 

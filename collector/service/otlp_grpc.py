@@ -25,9 +25,9 @@ from google.rpc import code_pb2, error_details_pb2, status_pb2
 
 from tracejoin.middleware.proxy import parse_listen
 
+from ..records import Unstorable
 from .http_server import bearer_matches
 from .otlp import LOGS, MAX_BODY, TRACES, Hold, IntakeBudget, Receiver, Signal, TooHeavy, Undecodable, response
-from .records import Unstorable
 from .writer import Busy, Writer
 
 ORIGIN = "otlp/grpc"

@@ -23,9 +23,9 @@ import threading
 from pathlib import Path
 from typing import Callable
 
-from .duckdb_engine import duckdb
-from .requests import update_requests
-from .store import Store, open_store
+from ..duckdb_engine import duckdb
+from ..requests import update_requests
+from ..store import Store, open_store
 from .writer import Writer
 
 INTERVAL_S = 30

@@ -24,7 +24,7 @@ import threading
 from pathlib import Path
 from typing import Callable
 
-from .ingest import Ingester, IngestResult, InputError, expand_paths
+from ..ingest import Ingester, IngestResult, InputError, expand_paths
 from .writer import Busy, Writer
 
 POLL_S = 0.5

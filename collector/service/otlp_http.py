@@ -28,9 +28,9 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from ..records import Unstorable
 from .http_server import bearer_matches
 from .otlp import LOGS, MAX_BODY, TRACES, IntakeBudget, Receiver, Signal, TooHeavy, Undecodable, response
-from .records import Unstorable
 from .writer import Busy, Writer
 
 ORIGIN = "otlp/http"

@@ -20,9 +20,9 @@ from urllib.parse import urlsplit
 import httpx
 import orjson
 
-from .records import BatchBuilder, Unstorable
-from .sources.perf_metrics_legacy import NAME as SOURCE, records_from_perf_metrics_response
-from .store import Store
+from ..records import BatchBuilder, Unstorable
+from ..sources.perf_metrics_legacy import NAME as SOURCE, records_from_perf_metrics_response
+from ..store import Store
 from .writer import Body, Busy, Writer
 
 TIMEOUT_S = 10

@@ -22,10 +22,10 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from ..queries import QUERIES, run_query
+from ..store import Store
 from .http_server import bearer_matches
-from .queries import QUERIES, run_query
 from .remote import endpoint_file
-from .store import Store
 
 
 def new_token() -> str:

@@ -26,10 +26,10 @@ from google.protobuf.message import DecodeError, Message
 from opentelemetry.proto.collector.logs.v1 import logs_service_pb2
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
-from .records import Record, check_storable
-from .sources import otlp_json
-from .sources.otlp_json import Log, Span, id_hex
-from .sources.parsing import Unparseable, load_object
+from ..records import Record, check_storable
+from ..sources import otlp_json
+from ..sources.otlp_json import Log, Span, id_hex
+from ..sources.parsing import Unparseable, load_object
 from .writer import Body, Busy
 
 SOURCE = otlp_json.NAME

@@ -24,9 +24,9 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .duckdb_engine import duckdb
-from .records import BatchBuilder, Record, Unstorable
-from .store import Origin, Store, disk_full_named
+from ..duckdb_engine import duckdb
+from ..records import BatchBuilder, Record, Unstorable
+from ..store import Origin, Store, disk_full_named
 
 QUEUE_RECORDS = 50_000  # records waiting to be written, at most (one bigger body may wait alone)
 BATCH_RECORDS = 5_000  # records taken into one round of commits

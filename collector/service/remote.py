@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from .store import StoreError
+from ..store import StoreError
 
 
 def endpoint_file(db: Path) -> Path:
