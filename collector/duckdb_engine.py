@@ -1,9 +1,10 @@
-"""DuckDB's engine, without the Python layer of the `duckdb` package unless a command needs it.
+"""DuckDB as trace-join runs it: the engine without the `duckdb` package's Python layer unless a
+command needs it, the memory budget, the threads, transactions.
 
-`import duckdb` takes ~150 ms here, and ~80 ms of it is the package's Python layer (relations,
-expressions, Arrow and pandas sources, its version read through importlib.metadata), none of which
-a read command uses: a `lookup` runs SQL and fetches rows. The C++ engine underneath is the module
-`_duckdb`, which the package re-exports (`duckdb.connect is _duckdb.connect`, and the same
+Most of `import duckdb`'s time is the package's Python layer (relations, expressions, Arrow and
+pandas sources, its version read through importlib.metadata), none of which a read command uses: a
+`lookup` runs SQL and fetches rows (docs/performance.md, lookup). The C++ engine underneath is the
+module `_duckdb`, which the package re-exports (`duckdb.connect is _duckdb.connect`, and the same
 exception classes), so code written against one runs against the other. Scanning Arrow tables
 does need the package (it sets up the engine's Arrow sources): `with_arrow()` imports it, and
 open_store calls it for every writer.
@@ -12,6 +13,7 @@ open_store calls it for every writer.
 import os
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 try:
     import _duckdb as duckdb
@@ -46,3 +48,31 @@ def transaction(con) -> Iterator[None]:
         except duckdb.Error:
             pass
         raise
+
+
+def memory_limit() -> str:
+    """DuckDB's memory budget (it spills to `<db>.tmp/` beyond it). Its default, 80 % of the
+    machine, would let a large ingest or the requests build take gigabytes next to the serving
+    processes; a collector should stay small. 192 MB holds the requests update of a step of
+    records (requests.UPDATE_STEP_RECORDS), with room (docs/performance.md, memory)."""
+    return os.environ.get("TRACEJOIN_MEMORY_LIMIT", "192MB")
+
+
+def connect(path: Path, *, read_only: bool):
+    """A connection to the database at `path`, within the memory budget and with no progress bar:
+    DuckDB draws it on stdout, through the output of --json, for queries over 2 s."""
+    con = duckdb.connect(str(path), read_only=read_only, config={"memory_limit": memory_limit()})
+    con.execute("SET enable_progress_bar = false")
+    return con
+
+
+@contextmanager
+def threads(con, count: int | None) -> Iterator[None]:
+    """DuckDB on `count` threads (None: its own number) until the block ends, then as before. Each
+    thread keeps hash tables of its own, so a large build fits the memory budget only on one."""
+    before = con.execute("SELECT current_setting('threads')").fetchone()[0]
+    con.execute("RESET threads" if count is None else f"SET threads = {int(count)}")
+    try:
+        yield
+    finally:
+        con.execute(f"SET threads = {int(before)}")

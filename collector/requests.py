@@ -16,10 +16,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 
-from .duckdb_engine import transaction
+from .duckdb_engine import threads, transaction
 from .graph import SERVING_ROLES
 from .ids import KEY_KINDS, PARENT_SPAN, SCOPED_KINDS, SPAN
 from .store import Store
@@ -264,7 +262,7 @@ def build_requests(store: Store) -> None:
             CREATE TEMP VIEW request_summary AS SELECT * FROM main.requests;
         """)
         return
-    with _threads(con, 1):  # the copy of the records; _build decides for itself
+    with threads(con, 1):  # the copy of the records; _build decides for itself
         con.execute(WHOLE_STORE)
         _build(con)
 
@@ -284,23 +282,11 @@ def _drop_temp(con, names) -> None:
 
 def _build(con) -> None:
     """Requests of the records the build_* views show: on all of DuckDB's threads when they are few
-    enough, else on one (each thread keeps hash tables of its own, and with two the label
-    propagation of a 1.3M-record update outgrew the 192 MB budget; one: 33 s, not 22 s)."""
+    enough, else on one, within the memory budget (duckdb_engine.threads)."""
     _drop_temp(con, _RESULTS)
     records = con.execute("SELECT count(*) FROM build_records").fetchone()[0]
-    with _threads(con, None if records <= PARALLEL_BUILD_RECORDS else 1):
+    with threads(con, None if records <= PARALLEL_BUILD_RECORDS else 1):
         _label_and_summarize(con)
-
-
-@contextmanager
-def _threads(con, count: int | None) -> Iterator[None]:
-    """DuckDB on `count` threads (None: its own number) until the block ends, then as before."""
-    before = con.execute("SELECT current_setting('threads')").fetchone()[0]
-    con.execute("RESET threads" if count is None else f"SET threads = {int(count)}")
-    try:
-        yield
-    finally:
-        con.execute(f"SET threads = {int(before)}")
 
 
 def _label_and_summarize(con) -> None:
@@ -351,7 +337,7 @@ def update_requests(store: Store, step: int = UPDATE_STEP_RECORDS) -> None:
     naming = _naming(con)
     if state == (last, naming):
         return
-    with _threads(con, 1):  # the scope, and writing the tables; _build decides for itself
+    with threads(con, 1):  # the scope, and writing the tables; _build decides for itself
         if state is None:  # nothing to go on from: the first step's records, whole
             through = min(last, step)
             con.execute(f"CREATE OR REPLACE TEMP TABLE scope_records AS "

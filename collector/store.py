@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import id_index
-from .duckdb_engine import duckdb, transaction, with_arrow
+from .duckdb_engine import connect, duckdb, transaction, with_arrow
 
 if TYPE_CHECKING:  # read commands never import Arrow
     import pyarrow as pa
@@ -214,14 +214,6 @@ def default_db_path() -> str:
     return os.environ.get("TRACEJOIN_DB", DEFAULT_DB)
 
 
-def memory_limit() -> str:
-    """DuckDB's memory budget (it spills to `<db>.tmp/` beyond it). Its default, 80 % of the
-    machine, lets a large ingest or the requests build take gigabytes next to the serving
-    processes; a collector should stay small (docs/performance.md, memory). 192 MB: what the
-    requests update of a million records needs, with room (160 MB sufficed when measured)."""
-    return os.environ.get("TRACEJOIN_MEMORY_LIMIT", "192MB")
-
-
 def open_store(path: str | os.PathLike | None = None, *, read_only: bool = False) -> "Store":
     path = Path(path or default_db_path())
     if read_only and not path.exists():
@@ -229,7 +221,7 @@ def open_store(path: str | os.PathLike | None = None, *, read_only: bool = False
     if not read_only:
         with_arrow()  # writers register their batches as Arrow tables
     try:
-        con = duckdb.connect(str(path), read_only=read_only, config={"memory_limit": memory_limit()})
+        con = connect(path, read_only=read_only)
     except duckdb.IOException as e:
         msg = str(e).splitlines()[0]
         if "lock" in msg.lower():
@@ -237,8 +229,6 @@ def open_store(path: str | os.PathLike | None = None, *, read_only: bool = False
         raise StoreError(f"cannot open {path}: {msg}") from None
     except duckdb.Error as e:
         raise StoreError(f"cannot open {path} as a DuckDB database: {str(e).splitlines()[0]}") from None
-    # No progress bar: DuckDB draws it on stdout, through the output of --json, for queries over 2 s.
-    con.execute("SET enable_progress_bar = false")
     store = Store(con, path, read_only=read_only)
     store._check_or_create_schema(read_only)
     return store
