@@ -127,9 +127,8 @@ FROM w LEFT JOIN named n ON n.request_id = w.request_id AND n.role IS NOT DISTIN
 """
 
 # One slice of requests ($low <= request_id < $high) at a time: the list and ordered aggregates here
-# hold their groups in memory, and over every request of a large store at once they exceeded the
-# store's memory limit (2 million records under 256 MB; slices of 500,000 records did too, and of
-# 100,000 under 160 MB).
+# hold their groups in memory, and over more than a slice of SUMMARY_SLICE_RECORDS records at once
+# they exceed the store's memory limit (docs/performance.md, memory).
 SUMMARY = """
 WITH r AS (
     SELECT rw.request_id, rec.*, rw.worker AS w, rw.role AS ro, rw.bare
