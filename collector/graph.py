@@ -96,7 +96,7 @@ class IdGraph:
             self._rows[v] = []
         for i in range(0, len(missing), _CHUNK):
             chunk = missing[i:i + _CHUNK]
-            for record_id, kind, value, scope in self.con.execute(_carriers_query(len(chunk)), chunk).fetchall():
+            for record_id, kind, value, scope in self.con.execute(_carriers_query(len(chunk)), chunk + chunk).fetchall():
                 self._rows[value].append((record_id, kind, self._aliases.get(scope, scope)))
 
     def load(self, record_ids) -> None:
@@ -288,10 +288,11 @@ def _same_request(a: Node, b: Node) -> bool:
 
 
 def _carriers_query(n: int) -> str:
-    """The rows of the records carrying any of n values (parameters)."""
-    if n <= _FEW_VALUES:
-        return " UNION ALL ".join(["SELECT * FROM id_carriers(?)"] * n)
+    """The ids of the records carrying any of n values (parameters, given twice): the records the
+    index finds by the values' hashes, then those records' ids of these values (id_index.py)."""
     marks = ",".join("?" * n)
-    return (f"WITH wanted AS (SELECT unnest([{marks}]) AS value) "
-            "SELECT record_id, kind, value, scope FROM id_index "
-            "WHERE key IN (SELECT hash(value) FROM wanted) AND value IN (SELECT value FROM wanted)")
+    if n <= _FEW_VALUES:  # each hash a constant: one row group of each run
+        found = " UNION ALL ".join(["SELECT record_id FROM id_index WHERE key = hash(?)"] * n)
+    else:
+        found = f"SELECT record_id FROM id_index WHERE key IN (SELECT hash(unnest([{marks}])))"
+    return f"SELECT record_id, kind, value, scope FROM record_ids WHERE record_id IN ({found}) AND value IN ({marks})"

@@ -1,20 +1,24 @@
 """Finding the records that carry an id, in a store of any size, within a fixed memory budget.
 
-DuckDB's ART index has to sit in memory whole while rows are inserted into its table, and on
-`record_ids.value` it takes about 100 bytes an id: under the store's 256 MB memory limit ingest
-stopped at ~13 million ids, a few GB of logs (docs/performance.md, benchmark 5). So ids are indexed
-as sorted runs instead, the way a log-structured merge tree keeps them:
+DuckDB's ART index has to sit in memory whole while rows are inserted into its table, about 100
+bytes an id on `record_ids.value`, which stops a store at a few GB of logs under the memory budget
+(docs/performance.md, benchmark 5). So ids are indexed as sorted runs instead, the way a
+log-structured merge tree keeps them:
 
-- each batch's ids are appended to `id_tail`, with `key`, DuckDB's 64-bit `hash()` of the value
-  (twenty times cheaper than MD5); the tail is small enough to scan;
+- each batch's ids are appended to `id_tail` as (key, record_id), `key` being DuckDB's 64-bit
+  `hash()` of the value; the tail is small enough to scan;
 - when the tail holds BASE_ROWS ids, they become a table `id_run_<n>` sorted by key. DuckDB keeps
   the min and max of every row group, so looking a value up reads one row group of each run;
 - runs of about the same size are merged FANIN at a time, so N ids make O(log N) runs and each id
   is rewritten O(log N) times.
 
+The runs hold the hash and the record, not the value: a lookup reads the few records a key names
+from `record_ids` (stored in record order, so by their row groups' zone maps) and keeps those whose
+value is the one looked for. Values are most of an id's bytes, and every merge rewrites the runs.
+
 DuckDB does not promise `hash()` stays the same across releases, so the store keeps the hash of a
 fixed text (KEY_CHECK) from when its keys were made; a DuckDB that hashes it differently re-keys
-the index when it opens the store for writing (`rekey`).
+the index when it opens the store for writing (`rebuild`).
 
 Readers go through the view `id_index` (the tail and every run; rebuilt whenever the runs change)
 and the table macro `id_carriers(value)`, which SQL written by hand (the dashboards) can call as well.
@@ -31,7 +35,7 @@ FANIN = 4  # runs of one tier merged together
 # key range at a time, each slice sorted on its own and appended in order.
 SLICE_ROWS = 250_000
 
-_RUN_COLUMNS = "hash(value) AS key, record_id, kind, value, scope"
+_RUN_COLUMNS = "hash(value) AS key, record_id"
 KEY_CHECK = "hash('trace-join id key')"
 
 SCHEMA = f"""
@@ -43,10 +47,12 @@ CREATE TABLE IF NOT EXISTS id_runs (
 );
 """
 
-# Defined once: it reads whatever `id_index` holds when it runs.
+# Defined once: it reads whatever `id_index` holds when it runs. The ids of one value, for SQL
+# written by hand (the dashboards); graph.py asks for many values at a time, the same way.
 CARRIERS_MACRO = """
 CREATE OR REPLACE MACRO id_carriers(v) AS TABLE
-SELECT record_id, kind, value, scope FROM id_index WHERE key = hash(v) AND value = v;
+SELECT record_id, kind, value, scope FROM record_ids
+WHERE record_id IN (SELECT record_id FROM id_index WHERE key = hash(v)) AND value = v;
 """
 
 
@@ -66,14 +72,18 @@ def keys_current(con: duckdb.DuckDBPyConnection) -> bool:
     ).fetchone() == (True,)
 
 
-def rekey(con: duckdb.DuckDBPyConnection) -> None:
-    """Index every id again, with this DuckDB's hash."""
+def rebuild(con: duckdb.DuckDBPyConnection) -> None:
+    """Index every id again: with this DuckDB's hash, in this release's layout."""
     with transaction(con):
         for (run,) in con.execute("SELECT run FROM id_runs").fetchall():
             con.execute(f"DROP TABLE id_run_{run}")
-        con.execute("DELETE FROM id_runs")
-        con.execute("DELETE FROM id_tail")
+        con.execute("DROP VIEW IF EXISTS id_index")
+        con.execute("DROP TABLE id_runs")
+        con.execute("DROP TABLE id_tail")
+        con.execute(SCHEMA)
         index_existing(con)
+        _define_view(con)
+        con.execute(CARRIERS_MACRO)
         con.execute(f"UPDATE meta SET value = CAST({KEY_CHECK} AS VARCHAR) WHERE key = 'id_key_check'")
     compact(con)
 

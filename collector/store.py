@@ -27,7 +27,8 @@ if TYPE_CHECKING:  # read commands never import Arrow
 
 # 2: ids indexed by sorted runs (id_index.py) instead of an ART index on record_ids.value
 # 3: workers settled per name as the store is written (worker_names), not by record_workers on every read
-SCHEMA_VERSION = 3
+# 4: the id index holds (hash of value, record_id); lookups check the value in record_ids
+SCHEMA_VERSION = 4
 DEFAULT_DB = "tracejoin.duckdb"
 
 SCHEMA = """
@@ -276,7 +277,7 @@ class Store:
             has_meta = False
         if has_meta:
             version = int(row[0]) if row else None
-            if version not in (1, 2, SCHEMA_VERSION):
+            if version not in (1, 2, 3, SCHEMA_VERSION):
                 raise StoreError(
                     f"{self.path} has schema version {version}, this trace-join uses {SCHEMA_VERSION}: "
                     f"ingest into a new database (--db NEW.duckdb) or use the trace-join release that wrote it"
@@ -302,8 +303,9 @@ class Store:
             id_index.create(self.con)
             if version in (1, 2):
                 self._upgrade_from_2()
-            if not id_index.keys_current(self.con):
-                id_index.rekey(self.con)
+            if version in (1, 2, 3) or not id_index.keys_current(self.con):
+                id_index.rebuild(self.con)
+                self.con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION)])
             return
         tables = self.con.execute("SELECT count(*) FROM information_schema.tables").fetchone()[0]
         if tables:
@@ -319,20 +321,16 @@ class Store:
         self.con.execute("COMMIT")
 
     def _upgrade_from_1(self) -> None:
-        """Index the ids by runs; the ART index goes (it is what stopped large stores)."""
-        self.con.execute("BEGIN")
-        self.con.execute("DROP INDEX IF EXISTS record_ids_value")
-        id_index.create(self.con)
-        id_index.index_existing(self.con)
-        self.con.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
-        self.con.execute("COMMIT")
-        id_index.compact(self.con)
+        """The ART index on the ids goes (it is what stopped large stores): runs replace it."""
+        with transaction(self.con):
+            self.con.execute("DROP INDEX IF EXISTS record_ids_value")
+            self.con.execute("UPDATE meta SET value = '2' WHERE key = 'schema_version'")
 
     def _upgrade_from_2(self) -> None:
         """Settle the names of the workers stored so far (worker_names)."""
         with transaction(self.con):
             self._settle_worker_names(0)
-            self.con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION)])
+            self.con.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
 
     # -- origins -------------------------------------------------------------------------------
     # The writer keeps every origin in memory, by (head_len, fingerprint): recognizing each of 100k

@@ -11,7 +11,7 @@ import pytest
 from tracejoin.collector import id_index
 from tracejoin.collector.graph import IdGraph
 from tracejoin.collector.records import BatchBuilder, Record
-from tracejoin.collector.store import StoreError, open_store
+from tracejoin.collector.store import SCHEMA_VERSION, StoreError, open_store
 
 
 def write_requests(store, batches: int, per_batch: int) -> list[str]:
@@ -95,10 +95,39 @@ def test_a_schema_1_store_is_upgraded_by_opening_it_for_writing(db):
     with open_store(db) as store:  # what `trace-join ingest --db DB` does
         pass
     with open_store(db, read_only=True) as store:
-        assert store.con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("3",)
+        assert store.con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == (
+            str(SCHEMA_VERSION),)
         assert store.con.execute("SELECT count(*) FROM duckdb_indexes() WHERE index_name = 'record_ids_value'"
                                  ).fetchone() == (0,)
         assert [kind for _, kind in carriers(store, internal_ids[150])] == ["internal_id"]
+
+
+def test_a_schema_3_store_is_reindexed_without_values_by_opening_it_for_writing(db):
+    """Schema 3's runs carried each id's kind, value and scope; schema 4's hold the hash and the
+    record only, and a lookup checks the value in record_ids."""
+    with open_store(db) as store:
+        internal_ids = write_requests(store, batches=3, per_batch=100)
+        con = store.con
+        for (run,) in con.execute("SELECT run FROM id_runs").fetchall():
+            con.execute(f"DROP TABLE id_run_{run}")
+        con.execute("DELETE FROM id_runs")
+        con.execute("DROP VIEW id_index")
+        con.execute("DROP TABLE id_tail")
+        con.execute("CREATE TABLE id_tail AS SELECT hash(value) AS key, record_id, kind, value, scope FROM record_ids")
+        con.execute("CREATE VIEW id_index AS SELECT * FROM id_tail")
+        con.execute("CREATE OR REPLACE MACRO id_carriers(v) AS TABLE "
+                    "SELECT record_id, kind, value, scope FROM id_index WHERE key = hash(v) AND value = v")
+        con.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
+    with pytest.raises(StoreError, match=r"older trace-join \(schema 3\).*trace-join ingest --db"):
+        open_store(db, read_only=True)
+    with open_store(db):
+        pass
+    with open_store(db, read_only=True) as store:
+        columns = store.con.execute("SELECT column_name FROM duckdb_columns() WHERE table_name = 'id_tail' "
+                                    "ORDER BY column_index").fetchall()
+        assert columns == [("key",), ("record_id",)]
+        assert store.con.execute("SELECT count(*) FROM id_index").fetchone()[0] == 900
+        assert [kind for _, kind in carriers(store, internal_ids[250])] == ["internal_id"]
 
 
 def test_keys_from_a_duckdb_that_hashed_differently_are_remade(db):

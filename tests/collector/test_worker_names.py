@@ -7,7 +7,7 @@ import pytest
 
 from tracejoin.collector.duckdb_engine import duckdb
 from tracejoin.collector.ingest import Ingester
-from tracejoin.collector.store import StoreError, open_store
+from tracejoin.collector.store import SCHEMA_VERSION, StoreError, open_store
 
 from .test_requests import _mixed_sources
 from .test_trtllm_joins import WALL_START_NS, llm_request_span_line
@@ -86,6 +86,7 @@ def test_a_schema_2_store_is_upgraded_when_written_and_refused_until_then(tmp_pa
     with open_store(db) as store:  # what `trace-join ingest --db DB` or a collector does first
         pass
     with open_store(db, read_only=True) as store:
-        assert store.con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == ("3",)
+        assert store.con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == (
+            str(SCHEMA_VERSION),)
         assert store.con.execute("SELECT count(*) FROM worker_names").fetchone()[0] >= 8
         assert settled(store.con) == expected
