@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .id_index import carriers_sql
 from .ids import KEY_KINDS, PARENT_SPAN, SCOPED_KINDS, SPAN
 
 SERVING_ROLES = {"router", "frontend", "proxy", "agg", "ctx", "gen", "prefill", "decode", "worker"}
@@ -295,4 +296,4 @@ def _carriers_query(n: int) -> str:
         found = " UNION ALL ".join(["SELECT record_id FROM id_index WHERE key = hash(?)"] * n)
     else:
         found = f"SELECT record_id FROM id_index WHERE key IN (SELECT hash(unnest([{marks}])))"
-    return f"SELECT record_id, kind, value, scope FROM record_ids WHERE record_id IN ({found}) AND value IN ({marks})"
+    return carriers_sql(found, marks)
