@@ -19,17 +19,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
-from . import sources
-from .records import BatchBuilder, Unstorable
-from .store import Origin, Store, disk_full_named
+from . import bulk, sources
+from .lines import MAX_LINE, iter_lines, read_line, read_pieces
+from .records import BatchBuilder
+from .store import BulkRows, Origin, Store, disk_full_named
 
 HEAD = 4096  # bytes hashed to recognize a file
-MAX_LINE = 1 << 20  # longer lines are quarantined, not parsed, unless a source allows more
 _OWN_FILES = (".duckdb", ".duckdb.wal", ".collector.json")  # a store (and its collector's files) kept next to the logs
 BATCH_RECORDS = 20_000  # held as Python objects until written: this bounds memory
+# Lines read in bulk (bulk.py) that a transaction holds at most: they are held as Arrow tables, a
+# few hundred bytes a line, and DuckDB's work on each stage is the same whatever its size.
+BULK_BATCH_RECORDS = 250_000
 SNIFF_LINES = 20
 # Stream bytes read between two commits even when they hold no records (a file of blank lines, a
-# gzip bomb of newlines): a long read keeps its progress.
+# gzip bomb of newlines): a long read keeps its progress. Also what a bulk stage reads at most.
 FLUSH_BYTES = 64 << 20
 
 
@@ -174,58 +177,24 @@ def _head_lines(head: bytes) -> list[bytes]:
     return [ln for ln in lines[:SNIFF_LINES] if ln.strip()]
 
 
-def iter_lines(f, start: int, max_line: int = MAX_LINE,
-               chunk_size: int = 1 << 22) -> Iterator[tuple[int, bytes | None, int, bool]]:
-    """(offset, line or None when longer than max_line, length, newline-terminated) from `start`."""
-    offset = start
-    pending = b""
-    too_long = 0  # bytes of an over-long line skipped so far
-    while True:
-        chunk = f.read(chunk_size)
-        if not chunk:
-            break
-        if too_long:
-            nl = chunk.find(b"\n")
-            if nl < 0:
-                too_long += len(chunk)
-                continue
-            yield offset, None, too_long + nl, True
-            offset += too_long + nl + 1
-            too_long = 0
-            chunk = chunk[nl + 1:]
-        data = pending + chunk if pending else chunk
-        lines = data.split(b"\n")
-        pending = lines.pop()
-        for line in lines:
-            if len(line) > max_line:
-                yield offset, None, len(line), True
-            else:
-                yield offset, line, len(line), True
-            offset += len(line) + 1
-        if len(pending) > max_line:
-            too_long = len(pending)
-            pending = b""
-    if too_long:
-        yield offset, None, too_long, False
-    elif pending:
-        yield offset, pending, len(pending), False
-
-
 class Ingester:
     """Reads files into one store; `progress(bytes_done)` is called as bytes are consumed.
-    `batch_records`: records per transaction (the collector commits smaller batches, more often).
+    `batch_records`: records per transaction (the collector commits smaller batches, more often;
+    by default BATCH_RECORDS, or BULK_BATCH_RECORDS for lines read in bulk).
     `worker`: the process the files come from, for formats that do not name it.
     The requests tables are not built here but when a reader needs them (requests.build_requests),
     so ingest stores records at the pace it reads them."""
 
     def __init__(self, store: Store, progress: Callable[[int], None] | None = None,
-                 batch_records: int = BATCH_RECORDS, worker: str | None = None, keep_content: bool = False):
+                 batch_records: int | None = None, worker: str | None = None, keep_content: bool = False):
         self.store = store
         self.progress = progress or (lambda n: None)
-        self.batch_records = batch_records
+        self.batch_records = batch_records or BATCH_RECORDS
         self.worker = worker  # the process the files come from, for formats that name none
         self.keep_content = keep_content  # prompt and reply text, for formats that would store it
-        self._batch = BatchBuilder()  # what was read and is not committed yet, of one file or many
+        self._batch = BatchBuilder()  # what was read line by line and is not committed yet, of one file or many
+        self._bulk = bulk.BulkReader(store, self._reached)  # what was staged to be read in bulk
+        self._bulk_lines = batch_records or BULK_BATCH_RECORDS
         self._aliases: dict[str, str] = {}  # other names of workers, learned since the last commit
 
     def ingest_paths(self, paths: list[str]) -> IngestResult:
@@ -274,6 +243,8 @@ class Ingester:
                 else:
                     result.skipped.append(str(path))
                 return False
+            if self._bulk.holds_head(head):
+                self._commit(result)  # how far a staged file that starts so was read is known once its lines are
             origin = self._origin_for(path, module.NAME, head, compressed)
             result.by_source.setdefault(module.NAME, SourceSummary()).files += 1
             if compressed:
@@ -281,7 +252,19 @@ class Ingester:
                 _skip(f, origin.consumed)
             else:
                 f.seek(origin.consumed)
-            return self._read(f, path, origin, module, result, max_bytes)
+            parser = self._parser(module, path, origin)
+            if getattr(module, "BULK", None) is not None:
+                return self._read_in_bulk(f, path, origin, module, parser, result, max_bytes)
+            return self._read(f, path, origin, module, parser, result, max_bytes)
+
+    def _parser(self, module, path: Path, origin: Origin):
+        given = {"worker": self.worker} if self.worker and getattr(module, "WORKER_FROM_USER", False) else {}
+        if self.keep_content and getattr(module, "CONTENT_FROM_USER", False):
+            given["keep_content"] = True
+        parser = module.LineParser(str(path), **given)
+        if origin.worker:
+            parser.worker, parser.role = origin.worker, origin.role
+        return parser
 
     def _origin_for(self, path: Path, source: str, head: bytes, compressed: bool) -> Origin:
         store = self.store
@@ -299,13 +282,9 @@ class Ingester:
             return origin
         return store.new_origin(str(path), source, len(head), hashlib.sha256(head).hexdigest())
 
-    def _read(self, f, path: Path, origin: Origin, module, result: IngestResult, max_bytes: int | None) -> bool:
-        given = {"worker": self.worker} if self.worker and getattr(module, "WORKER_FROM_USER", False) else {}
-        if self.keep_content and getattr(module, "CONTENT_FROM_USER", False):
-            given["keep_content"] = True
-        parser = module.LineParser(str(path), **given)
-        if origin.worker:
-            parser.worker, parser.role = origin.worker, origin.role
+    def _read(self, f, path: Path, origin: Origin, module, parser, result: IngestResult, max_bytes: int | None) -> bool:
+        if self._bulk:
+            self._commit(result)  # the lines staged before come first, in record order
         batch = self._batch
         batch.reading(module.NAME, origin)
         line_no = origin.lines
@@ -314,22 +293,11 @@ class Ingester:
         try:
             for offset, line, length, terminated in iter_lines(f, origin.consumed, max_line):
                 line_no += 1
-                if line is None:
-                    reason = f"line of {length} bytes is over the {max_line}-byte limit"
-                elif not terminated and getattr(f, "cut_short", None):
-                    reason = "cut off with its gzip stream"
-                elif line.strip():
-                    reason = _parse_into(batch, parser, line, offset)
-                else:
-                    reason = None
-                if reason is not None:
-                    if not terminated:
-                        # A last line without its newline may still be being written: it is read
-                        # again (and stored or quarantined, once) when the file has grown past it.
-                        result.held_back.append(f"{path}:{line_no} (byte {offset})")
-                        line_no -= 1
-                        break
-                    batch.quarantine(str(path), offset, line_no, reason, line or b"")
+                if read_line(batch, parser, str(path), line_no, offset, line, length, terminated,
+                             getattr(f, "cut_short", None), max_line) is not None:
+                    result.held_back.append(f"{path}:{line_no} (byte {offset})")
+                    line_no -= 1
+                    break
                 consumed = offset + length + (1 if terminated else 0)
                 if len(batch) >= self.batch_records or consumed - flushed >= FLUSH_BYTES:
                     self._reached(origin, parser, consumed, line_no)
@@ -340,10 +308,33 @@ class Ingester:
                         return True
         finally:  # what the batch holds of this file is what it read up to here, even on an error
             self._reached(origin, parser, consumed, line_no)
+        self._cut_short(f, path, consumed, result)
+        return False
+
+    def _read_in_bulk(self, f, path: Path, origin: Origin, module, parser, result: IngestResult,
+                      max_bytes: int | None) -> bool:
+        """Stage the file's lines for bulk.py, which reads them with the module's BULK rules, and
+        read the stage whenever it is full."""
+        if len(self._batch) or not self._bulk.takes(module.BULK):
+            self._commit(result)  # what was read before comes first, in record order
+        file = self._bulk.open(str(path), module.NAME, module.BULK, origin, parser, getattr(module, "MAX_LINE", MAX_LINE))
+        start = origin.consumed
+        for offset, data, length, terminated in read_pieces(f, origin.consumed, file.max_line, bulk.CHUNK_BYTES):
+            self._bulk.add(file, offset, data, length, terminated, getattr(f, "cut_short", None))
+            if self._bulk.bytes >= FLUSH_BYTES or self._bulk.lines >= self._bulk_lines:
+                self._commit(result)
+                if max_bytes is not None and file.consumed - start >= max_bytes:
+                    return True
+        if getattr(f, "cut_short", None):
+            self._commit(result)  # how far the file was read is known once its staged lines are
+        self._cut_short(f, path, file.consumed, result)
+        return False
+
+    @staticmethod
+    def _cut_short(f, path: Path, consumed: int, result: IngestResult) -> None:
         if getattr(f, "cut_short", None):
             result.errors.append(f"{path}: {f.cut_short} after {consumed:,} bytes of its content: the lines "
                                  f"before are stored, and ingesting it again reads on from there")
-        return False
 
     def _reached(self, origin: Origin, parser, consumed: int, line_no: int) -> None:
         """The batch holds the origin's records up to `consumed`: its position moves there, with
@@ -354,15 +345,25 @@ class Ingester:
         self._aliases.update(getattr(parser, "aliases", {}))
 
     def _commit(self, result: IngestResult) -> None:
-        batch = self._batch
+        """Write what was read: the staged lines, or the batch read line by line."""
+        if self._bulk:
+            staged = self._bulk.flush()
+            result.held_back += staged.held_back
+            self._write(staged.batch, result, staged.rows)
+        if len(self._batch) or self._batch.origins:
+            self._write(self._batch, result)
+
+    def _write(self, batch: BatchBuilder, result: IngestResult, rows: BulkRows | None = None) -> None:
         for source, (records, quarantined) in batch.counts_by_source().items():
             summary = result.by_source.setdefault(source, SourceSummary())
             summary.records += records
             summary.quarantined += quarantined
+        for source, records in (rows.records_by_source.items() if rows else ()):
+            result.by_source.setdefault(source, SourceSummary()).records += records
         aliases = [("INSERT OR REPLACE INTO worker_aliases VALUES (?, ?)", [alias, worker])
                    for alias, worker in self._aliases.items()]
         self._aliases = {}
-        quarantined = self.store.write_batch(batch, also=aliases)
+        quarantined = self.store.write_batch(batch, also=aliases, bulk=rows)
         for i in range(min(quarantined.num_rows, 5 - len(result.quarantine_samples))):
             q = quarantined.slice(i, 1).to_pylist()[0]
             result.quarantine_samples.append(f"{q['path']}:{q['line_no']} (byte {q['offset']}): {q['reason']}")
@@ -385,17 +386,6 @@ class Ingester:
         ).fetchall()
         for source, n in rows:
             result.by_source.setdefault(source, SourceSummary()).requests = n
-
-
-def _parse_into(batch: BatchBuilder, parser, line: bytes, offset: int) -> str | None:
-    """Parse a line into the batch; why it cannot be stored, if it cannot."""
-    try:
-        batch.add(parser.parse(line), offset)
-    except (sources.Unparseable, Unstorable) as e:
-        return str(e)
-    except Exception as e:  # noqa: BLE001 - a line no parser expected must not stop the file
-        return f"unreadable ({type(e).__name__}: {e})"
-    return None
 
 
 def _skip(f, n: int) -> None:

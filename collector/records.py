@@ -175,9 +175,12 @@ class BatchBuilder:
     def quarantine_count(self) -> int:
         return len(self._quarantine["reason"])
 
-    def tables(self, first_record_id: int) -> tuple[pa.Table, pa.Table, pa.Table]:
+    def tables(self, first_record_id: int, record_ids: list[int] | None = None) -> tuple[pa.Table, pa.Table, pa.Table]:
+        """The records, their ids and the quarantined lines; the records numbered from
+        first_record_id on, or by `record_ids` (collector/bulk.py numbers them among its own)."""
         records = self._records
-        record_ids = list(range(first_record_id, first_record_id + len(records)))
+        if record_ids is None:
+            record_ids = list(range(first_record_id, first_record_id + len(records)))
         cols = {name: list(map(attrgetter(name), records)) for name in _RECORD_FIELDS}
         cols["attrs"] = self._attrs
         cols["offset"] = self._offsets

@@ -415,21 +415,31 @@ class Store:
         self._next_record_id += n
         return first
 
-    def write_batch(self, batch: BatchBuilder, also: Sequence[tuple[str, list | dict]] = ()) -> pa.Table:
+    def write_batch(self, batch: BatchBuilder, also: Sequence[tuple[str, list | dict]] = (),
+                    bulk: BulkRows | None = None) -> pa.Table:
         """Store one batch and the positions its origins reach, atomically, and empty the batch;
-        `also`: more (sql, parameters) statements that must commit or fail with it. Returns the
-        batch's quarantined lines.
+        `also`: more (sql, parameters) statements that must commit or fail with it; `bulk`: the
+        rows DuckDB made of the lines collector/bulk.py read, numbered with the batch's records
+        and stored with them, in record order. Returns the batch's quarantined lines.
 
         The batch's records are let go as soon as they are Arrow tables, and those tables before
         the id index is compacted: each would add to the peak of the DuckDB work that follows."""
         con = self.con
         try:
-            records, ids, quarantined = batch.tables(self.allocate_record_ids(batch.record_count))
+            if bulk is None:
+                first = self.allocate_record_ids(batch.record_count)
+                records, ids, quarantined = batch.tables(first)
+            else:  # bulk.py took the record ids, its rows' and the batch's
+                first = bulk.first_record_id
+                records, ids, quarantined = batch.tables(first, bulk.batch_record_ids)
             origins = _origins_table(batch.origins.values())
             batch.clear()
-            with transaction(con):
-                _insert(con, "records", records)
-                _insert(con, "record_ids", ids, then=id_index.add)
+            tables = {"batch_records": records, "batch_record_ids": ids, "batch_quarantine": quarantined,
+                      "batch_origins": origins, **(bulk.tables if bulk else {})}
+            with _registered(con, tables), transaction(con):
+                _insert(con, "records", records, more=bulk and bulk.records)
+                _insert(con, "record_ids", ids, more=bulk and bulk.ids)
+                id_index.add(con, f"(SELECT * FROM record_ids WHERE record_id >= {first})")
                 _insert(con, "quarantine", quarantined)
                 for sql, parameters in also:
                     con.execute(sql, parameters)
@@ -439,9 +449,22 @@ class Store:
             self._next_record_id = None  # the ids it took were not stored
             self._origins = None  # nor the positions its origins were moved to
             raise
-        del records, ids
+        del records, ids, bulk
         id_index.compact(con)
         return quarantined
+
+
+@dataclass
+class BulkRows:
+    """Records DuckDB makes of lines collector/bulk.py staged, numbered with the records of the
+    batch they are written with (bulk.py takes the record ids of both)."""
+
+    records: str  # SQL: the records, with every column of the table
+    ids: str  # SQL: their ids
+    tables: dict[str, pa.Table]  # the Arrow tables the SQL reads, by the names it reads them
+    first_record_id: int  # of its rows and the batch's records
+    batch_record_ids: list[int]  # the record id of each of the batch's own records
+    records_by_source: dict[str, int]  # the records of its own rows, by source
 
 
 def _origins_table(origins) -> pa.Table:
@@ -464,17 +487,25 @@ def _origins_table(origins) -> pa.Table:
     })
 
 
-def _insert(con, table: str, rows, then=None, sql: str | None = None) -> None:
-    """Insert an Arrow table's rows into `table` by column name, or by `sql` (nothing for None or
-    no rows); `then(con, name)` runs while the rows are registered under `name`."""
-    if rows is None or not rows.num_rows:
+def _insert(con, table: str, rows: pa.Table, more: str | None = None, sql: str | None = None) -> None:
+    """Insert the rows registered as batch_<table> into `table` by column name, with the rows
+    `more` selects, in record order; or by `sql`. Nothing for no rows."""
+    if more is None and not rows.num_rows:
         return
-    name = f"batch_{table}"
-    con.register(name, rows)
-    try:
-        con.execute(sql or f"INSERT INTO {table} BY NAME SELECT * FROM {name}")
-        if then is not None:
-            then(con, name)
-    finally:
-        con.unregister(name)
+    union = f" UNION ALL BY NAME ({more}) ORDER BY record_id" if more else ""
+    con.execute(sql or f"INSERT INTO {table} BY NAME SELECT * FROM batch_{table}{union}")
 
+
+@contextmanager
+def _registered(con, tables: dict[str, pa.Table]) -> Iterator[None]:
+    """The Arrow tables registered on the connection under their names while the block runs
+    (outside the transaction: a failed statement leaves it aborted, and unregistering in it would
+    raise over the statement's own error)."""
+    con.complete()  # a result a caller left unread would refuse the registering
+    for name, table in tables.items():
+        con.register(name, table)
+    try:
+        yield
+    finally:
+        for name in tables:
+            con.unregister(name)

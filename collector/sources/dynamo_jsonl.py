@@ -20,10 +20,11 @@ import os
 import re
 from typing import NoReturn
 
-from ..ids import INTERNAL_ID, TRACE_ID, X_REQUEST_ID, DISAGG_REQUEST_ID, ENGINE_REQUEST_ID
+from . import bulk_sql
+from ..ids import DISAGG_REQUEST_ID, ENGINE_REQUEST_ID, INTERNAL_ID, PARENT_SPAN, SPAN, TRACE_ID, X_REQUEST_ID
 from ..records import Record
 from . import dynamo_request_trace
-from .parsing import Unparseable, field, hex_id, iso_to_ns, load_object
+from .parsing import HEX, Unparseable, field, hex_id, iso_to_ns, load_object
 
 NAME = "dynamo_jsonl"
 
@@ -38,18 +39,34 @@ _TEXT_FIELDS = (
     "message", "target", "span_name", "time", "level", "trace_id", "span_id", "parent_id", "request_id",
     "x_dynamo_request_id", "x_request_id",
 )
+_REQUIRED = frozenset({"target", "time", "level"})
 _TEXT_OR_NONE = frozenset({str, type(None)})
 _UUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
 # Python workers print the id in text: "Decode Request ID: <uuid>", "Prefill Request ID: <uuid>".
-_TEXT_REQUEST_ID = re.compile(rf"Request ID:\s*({_UUID})")
+_TEXT_REQUEST_ID = re.compile(rf"Request ID:\s*({_UUID})", re.ASCII)
 # TensorRT-LLM workers under Dynamo (PR #13970) map the id to the engine's own ids.
 _ENGINE_ID_MAP = re.compile(
-    rf"Engine ID map: request_id=({_UUID}) trtllm_client_id=(\d+) disagg_request_id=(\d+|None)"
+    rf"Engine ID map: request_id=({_UUID}) trtllm_client_id=(\d+) disagg_request_id=(\d+|None)", re.ASCII
 )
 # Readable-mode line: "2025-09-02T15:50:01.770028Z  INFO main.init: message"
 _READABLE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d))\s+([A-Z]+)\s+(.*)$")
 _UUID_IN_TEXT = re.compile(_UUID)
-_REGISTERED_ENDPOINT = re.compile(r"Registered endpoint '[^.']+\.([^.']+)\.[^']+'")
+# What the lines of a file say of its process (_learn_identity).
+_HANDLE_SPAN = "handle_payload"  # a worker's span for a request: its component and instance_id
+_PUBLISHER_STARTED = "FPM direct publisher started"  # with the worker's worker_id
+_REGISTERED = "Registered endpoint"
+_REGISTERED_ENDPOINT = re.compile(rf"{_REGISTERED} '[^.']+\.([^.']+)\.[^']+'")
+_SERVING = "Starting HTTP(S) service"  # the frontend, with its address
+_FRONTEND_SPAN = "http-request"
+_FRONTEND_TARGET = "dynamo_llm::http"
+# The frontend's first line about a request (workers log "request received" too).
+_ENTRY = "request received"
+_SPAN_ENTERED = "SPAN_FIRST_ENTRY"
+# Texts a line holds when it can change what the parser knows of its process: those above while
+# the worker is unknown, the first four until the instance is known; and `\u`, as JSON may write
+# any of them escaped (collector/bulk.py reads the lines holding none in DuckDB).
+_MARKERS = tuple(t.encode() for t in (_HANDLE_SPAN, _PUBLISHER_STARTED, _REGISTERED, _SERVING)) + (b"\\u",)
+_MARKERS_WITHOUT_WORKER = _MARKERS + (_FRONTEND_SPAN.encode(), _FRONTEND_TARGET.encode())
 
 
 def sniff(path: str, head: list[bytes]) -> bool:
@@ -67,6 +84,17 @@ class LineParser:
         self._last_time_ns: int | None = None
         self._component: str | None = None
         self._instance_id: str | None = None
+
+    @property
+    def scope(self) -> str:
+        """The worker engine ids read now belong to: the file's process, once known."""
+        return self.worker or f"file:{self._file}"
+
+    def state_markers(self) -> tuple[bytes, ...]:
+        """Texts of which a line must hold one to change what the parser knows of its file."""
+        if self.worker and self._instance_id:
+            return ()
+        return _MARKERS_WITHOUT_WORKER if self.worker is None else _MARKERS
 
     def parse(self, line: bytes) -> list[Record]:
         stripped = line.strip()
@@ -100,9 +128,8 @@ class LineParser:
             trace_id=hex_id(trace_id, 32),
             span_id=hex_id(span_id, 16),
             parent_span_id=hex_id(parent_id, 16),
-            # The frontend's first line about a request (workers log "request received" too).
-            entry=target.startswith("dynamo_llm::http")
-            and (message == "request received" or (message == "SPAN_FIRST_ENTRY" and span_name == "http-request")),
+            entry=target.startswith(_FRONTEND_TARGET)
+            and (message == _ENTRY or (message == _SPAN_ENTERED and span_name == _FRONTEND_SPAN)),
         )
         # Builds before PR #7834 call the internal id x_dynamo_request_id; mixed fleets emit both.
         request_id = request_id or x_dynamo_request_id
@@ -144,7 +171,7 @@ class LineParser:
         self._learn_identity(obj, target, field(obj, "span_name", (str,)))
         iso_to_ns(field(obj, "time", (str,), required=True))
         for key in _TEXT_FIELDS[4:]:  # level and the ids
-            field(obj, key, (str,), required=key == "level")
+            field(obj, key, (str,), required=key in _REQUIRED)
         raise AssertionError(f"no field of {obj!r} is wrong")
 
     def _text_line(self, line: bytes) -> Record:
@@ -171,7 +198,7 @@ class LineParser:
             m = _ENGINE_ID_MAP.search(text)
             if m:
                 record.add_id(INTERNAL_ID, m.group(1).lower())
-                record.add_id(ENGINE_REQUEST_ID, m.group(2), self.worker or f"file:{self._file}")
+                record.add_id(ENGINE_REQUEST_ID, m.group(2), self.scope)
                 if m.group(3) != "None":
                     record.add_id(DISAGG_REQUEST_ID, m.group(3))
 
@@ -179,18 +206,18 @@ class LineParser:
         if self.worker and self._instance_id:
             return
         message = obj.get("message") or ""
-        if span_name == "handle_payload" and obj.get("instance_id") is not None:
+        if span_name == _HANDLE_SPAN and obj.get("instance_id") is not None:
             self._instance_id = str(obj["instance_id"])
             self._component = str(obj.get("component") or self._component or "worker")
-        elif message == "FPM direct publisher started" and obj.get("worker_id") is not None:
+        elif message == _PUBLISHER_STARTED and obj.get("worker_id") is not None:
             self._instance_id = str(obj["worker_id"])
-        elif message.startswith("Registered endpoint"):
+        elif message.startswith(_REGISTERED):
             m = _REGISTERED_ENDPOINT.search(message)
             if m:
                 self._component = m.group(1)
-        elif message == "Starting HTTP(S) service" and isinstance(obj.get("address"), str):
+        elif message == _SERVING and isinstance(obj.get("address"), str):
             self.worker, self.role = f"frontend:{obj['address']}", "frontend"
-        elif self.worker is None and (span_name == "http-request" or target.startswith("dynamo_llm::http")):
+        elif self.worker is None and (span_name == _FRONTEND_SPAN or target.startswith(_FRONTEND_TARGET)):
             self.worker, self.role = f"frontend:{self._file}", "frontend"
         if self._instance_id:
             self.worker = f"{self._component or 'worker'}:{self._instance_id}"
@@ -212,3 +239,140 @@ def _ms_to_ns(value) -> int | None:
         return int(float(value) * 1_000_000)
     except ValueError:
         return None
+
+
+# -- the same lines in bulk (collector/bulk.py) ----------------------------------------------------
+# LineParser._json_line's rules over a batch of lines in DuckDB, for the JSON lines whose reading
+# there is sure to be the parser's: `ok` leaves to the parser text lines, request-trace rows, lines
+# JSON reads otherwise in DuckDB (bulk_sql.read_as_orjson), a text field of another type, a time not in
+# the form iso_to_ns reads at once or outside 1678-2261 (64-bit nanoseconds), and durations the
+# parser would take from a bool, a number written otherwise, or could not store.
+# tests/collector/test_bulk_dynamo.py holds the two ways to each other.
+
+_OTHER_FIELDS = ("error", "error_detail", "time.duration_us", "elapsed_ms", "status", "schema")
+_STRUCT = "{" + ", ".join(f'"{key}": "JSON"' for key in _TEXT_FIELDS + _OTHER_FIELDS) + "}"
+_LIFTED_REMOVED = "{" + ", ".join(f'"{key}": null' for key in sorted(_LIFTED)) + "}"
+
+
+def _sql_text(key: str) -> str:
+    """The field's text, NULL unless it is a JSON string."""
+    return f"""CASE WHEN starts_with(j."{key}", '"') THEN j."{key}"->>'$' END"""
+
+
+def _sql_typed(key: str) -> str:
+    """Whether the field is text, or missing or null where it may be."""
+    text = f"""starts_with(j."{key}", '"')"""
+    return text if key in _REQUIRED else f"""(coalesce(j."{key}", 'null') = 'null' OR {text})"""
+
+
+def _sql_hex(column: str, length: int) -> str:
+    """hex_id"""
+    return (f"CASE WHEN length({column}) = {length} AND regexp_matches({column}, '{bulk_sql.re2(HEX)}') "
+            f"AND ltrim({column}, '0') <> '' THEN lower({column}) END")
+
+
+_INT = "'^-?[0-9]+$'"
+_DECIMAL = "'^-?[0-9]+(\\.[0-9]+)?$'"
+_SELECT = f"""
+WITH parsed AS (
+    SELECT f, idx, start, line, j,
+        CASE WHEN j IS NOT NULL THEN json_merge_patch(line, '{_LIFTED_REMOVED}', json_object(
+            'target', j.target->>'$', 'span_name', nullif(j.span_name->>'$', ''))) END AS attrs,
+        CASE WHEN j IS NOT NULL THEN json_keys(line) END AS keys
+    FROM (SELECT *, CASE WHEN starts_with(line, '{{') THEN try(from_json(line, '{_STRUCT}')) END AS j FROM {{lines}})
+), fields AS (
+    SELECT f, idx, start, line, j, attrs, keys,
+        {", ".join(f'{_sql_text(key)} AS "t_{key}"' for key in _TEXT_FIELDS)},
+        j IS NOT NULL AND {" AND ".join(_sql_typed(key) for key in _TEXT_FIELDS)} AS typed,
+        j."time.duration_us" AS duration_us, j.elapsed_ms,
+        coalesce(regexp_matches(j."time.duration_us", {_INT}), false) AS us_int,
+        coalesce(j."time.duration_us" IN ('true', 'false'), false) AS us_bool,
+        {_sql_text("elapsed_ms")} AS elapsed_text, {_sql_text("error")} AS error, {_sql_text("error_detail")} AS error_detail
+    FROM parsed
+), timed AS (
+    -- times.iso_to_ns's common form, "YYYY-MM-DDTHH:MM:SS.fffZ": its seconds and its fraction to the ns
+    SELECT *, CASE WHEN regexp_matches(t_time, '^[0-9]{{4}}-[0-9]{{2}}-[0-9]{{2}}T[0-9]{{2}}:[0-9]{{2}}:[0-9]{{2}}\\.[0-9]+Z$')
+                        AND t_time[1:4] BETWEEN '1678' AND '2261'
+                   THEN epoch_ns(try_strptime(t_time[1:19], '%Y-%m-%dT%H:%M:%S'))
+                        + CAST(rpad(left(t_time[21:-2], 9), 9, '0') AS BIGINT) END AS time_ns,
+        -- the duration: time.duration_us when an int, else elapsed_ms when a number or text; bools,
+        -- which Python takes for ints, and text float() might read otherwise are the parser's
+        CASE WHEN us_int THEN TRY_CAST(duration_us AS HUGEINT) * 1000 END AS duration_int,
+        CASE WHEN us_int OR us_bool OR coalesce(elapsed_ms, 'null') = 'null' THEN NULL
+             WHEN elapsed_text IS NOT NULL
+             THEN CASE WHEN regexp_matches(elapsed_text, {_DECIMAL}) THEN CAST(elapsed_text AS DOUBLE) * 1000000 END
+             WHEN regexp_matches(elapsed_ms, '^-?[0-9]') THEN CAST(elapsed_ms AS DOUBLE) * 1000000 END AS duration_ms_ns,
+        us_bool OR (NOT us_int AND (coalesce(elapsed_ms IN ('true', 'false'), false)
+                                    OR coalesce(NOT regexp_matches(elapsed_text, {_DECIMAL}), false))) AS duration_odd
+    FROM fields
+)
+SELECT f, idx, start,
+    coalesce(typed AND time_ns IS NOT NULL AND read_as_orjson(line, keys, attrs)
+             AND (j.schema->>'$') IS DISTINCT FROM '{dynamo_request_trace.SCHEMA}'
+             AND NOT duration_odd
+             AND coalesce(duration_int BETWEEN -9223372036854775808 AND 9223372036854775807, true)
+             AND coalesce(duration_ms_ns >= -9223372036854775808.0 AND duration_ms_ns < 9223372036854775808.0, true),
+             false) AS ok,
+    time_ns, NULL::DOUBLE AS steady_s, 'log' AS kind, NULL::VARCHAR AS worker, NULL::VARCHAR AS role,
+    t_level AS level,
+    CASE WHEN coalesce(t_message, '') <> '' THEN t_message ELSE coalesce(nullif(t_span_name, ''), t_target) END AS name,
+    coalesce(TRY_CAST(duration_int AS BIGINT), TRY_CAST(trunc(duration_ms_ns) AS BIGINT)) AS duration_ns,
+    CASE WHEN starts_with(j.status, '"') THEN j.status->>'$' WHEN regexp_matches(j.status, {_INT}) THEN CAST(j.status AS VARCHAR) END AS status,
+    coalesce(starts_with(t_target, '{_FRONTEND_TARGET}') AND (coalesce(t_message, '') = '{_ENTRY}'
+             OR (t_message = '{_SPAN_ENTERED}' AND t_span_name = '{_FRONTEND_SPAN}')), false) AS entry,
+    {_sql_hex("t_trace_id", 32)} AS trace_id, {_sql_hex("t_span_id", 16)} AS span_id,
+    {_sql_hex("t_parent_id", 16)} AS parent_span_id,
+    attrs,
+    -- for the ids: request_id, or the older x_dynamo_request_id
+    CASE WHEN t_request_id <> '' THEN t_request_id ELSE t_x_dynamo_request_id END AS request_id,
+    t_x_dynamo_request_id AS x_dynamo_request_id, t_x_request_id AS x_request_id,
+    coalesce(t_message, '') AS message, error, error_detail
+FROM timed
+"""
+
+# Ids found in the text of a line: Request ID and Engine ID map mentions, and any UUID of a line
+# outside a request span (request_id, as LineParser._json_line takes it, is none).
+_TEXT_IDS = f"""contains(message, 'Request ID') OR contains(message, 'Engine ID map') OR request_id IS NULL"""
+_ENGINE_ID_MAP_SQL = bulk_sql.re2(_ENGINE_ID_MAP)
+_IDS = f"""
+SELECT record_id, i.kind, i.value, NULL::VARCHAR AS scope FROM (
+    SELECT record_id, unnest([
+        {{'kind': '{INTERNAL_ID}', 'value': request_id}},
+        {{'kind': '{INTERNAL_ID}', 'value': CASE WHEN x_dynamo_request_id IS DISTINCT FROM request_id THEN x_dynamo_request_id END}},
+        {{'kind': '{X_REQUEST_ID}', 'value': x_request_id}},
+        {{'kind': '{TRACE_ID}', 'value': trace_id}},
+        {{'kind': '{SPAN}', 'value': trace_id || '/' || span_id}},
+        {{'kind': '{PARENT_SPAN}', 'value': trace_id || '/' || parent_span_id}}]) AS i
+    FROM {{records}} WHERE NOT ({_TEXT_IDS})
+) WHERE i.value <> ''
+UNION ALL
+SELECT DISTINCT record_id, i.kind, i.value, i.scope FROM (
+    SELECT record_id, unnest(
+        [{{'kind': '{INTERNAL_ID}', 'value': request_id, 'scope': NULL::VARCHAR}},
+         {{'kind': '{INTERNAL_ID}', 'value': x_dynamo_request_id, 'scope': NULL}},
+         {{'kind': '{X_REQUEST_ID}', 'value': x_request_id, 'scope': NULL}},
+         {{'kind': '{TRACE_ID}', 'value': trace_id, 'scope': NULL}},
+         {{'kind': '{SPAN}', 'value': trace_id || '/' || span_id, 'scope': NULL}},
+         {{'kind': '{PARENT_SPAN}', 'value': trace_id || '/' || parent_span_id, 'scope': NULL}}]
+        || CASE WHEN contains(message, 'Request ID')
+                THEN list_transform(regexp_extract_all(message, '{bulk_sql.re2(_TEXT_REQUEST_ID)}', 1),
+                                    lambda u: {{'kind': '{INTERNAL_ID}', 'value': lower(u), 'scope': NULL::VARCHAR}})
+                ELSE [] END
+        || CASE WHEN contains(message, 'Engine ID map') AND regexp_matches(message, '{_ENGINE_ID_MAP_SQL}')
+                THEN [{{'kind': '{INTERNAL_ID}', 'value': lower(regexp_extract(message, '{_ENGINE_ID_MAP_SQL}', 1)),
+                        'scope': NULL::VARCHAR}},
+                      {{'kind': '{ENGINE_REQUEST_ID}', 'value': regexp_extract(message, '{_ENGINE_ID_MAP_SQL}', 2),
+                        'scope': scope}},
+                      {{'kind': '{DISAGG_REQUEST_ID}',
+                        'value': nullif(regexp_extract(message, '{_ENGINE_ID_MAP_SQL}', 3), 'None'), 'scope': NULL}}]
+                ELSE [] END
+        || CASE WHEN request_id IS NULL
+                THEN list_transform(regexp_extract_all(concat_ws(chr(0), message, error, error_detail),
+                                                       '{bulk_sql.re2(_UUID_IN_TEXT)}'),
+                                    lambda u: {{'kind': '{INTERNAL_ID}', 'value': lower(u), 'scope': NULL::VARCHAR}})
+                ELSE [] END) AS i
+    FROM {{records}} WHERE {_TEXT_IDS}
+) WHERE i.value <> ''
+"""
+
+BULK = bulk_sql.Rules(select=_SELECT, ids=_IDS)

@@ -43,12 +43,12 @@ def field(obj: dict, key: str, types: tuple, *, required: bool = False):
     return value
 
 
-_HEX = re.compile(r"^[0-9a-fA-F]+$")
+HEX = re.compile(r"^[0-9a-fA-F]+$")
 
 
 def hex_id(value, length: int) -> str | None:
     """A trace or span id as lowercase hex of the given length; all-zero ids mean none."""
-    if not isinstance(value, str) or len(value) != length or not _HEX.match(value):
+    if not isinstance(value, str) or len(value) != length or not HEX.match(value):
         return None
     value = value.lower()
     return None if value.strip("0") == "" else value

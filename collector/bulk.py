@@ -1,0 +1,353 @@
+"""Reading a source's lines in bulk: the lines of many files at once, their records made by DuckDB.
+
+A source module whose lines DuckDB can read gives, beside its LineParser, the same rules as SQL
+over a batch of lines (its `BULK`, a `Rules`; collector/sources/__init__.py says what its parser
+adds). Ingest then reads its files through a BulkReader:
+
+1. pieces: each file is cut into pieces of whole lines (lines.read_pieces); each piece becomes
+   an Arrow string array over the bytes read, a line to a value, without a copy. The pieces of
+   many files are staged together, until ingest reads the stage (at FLUSH_BYTES or its batch's
+   lines: a query costs tens of milliseconds to plan, however little it reads, so stages are large).
+2. stage: the module's `select` reads every staged line in one query; its `ok` says that a row
+   is the line's record, read exactly as the LineParser would read the line.
+3. the parser's lines: the lines the SQL does not read (not `ok`, or not given to it: not UTF-8,
+   over the length limit, an unfinished last line), the lines that may change what the parser
+   knows of its file (those holding one of its `state_markers()`), the line before each of
+   those (so that what the parser carries from line to line, such as the last time seen, is
+   what the line before left) and each piece's last line (for the next piece) go through the
+   module's LineParser, file by file in line order, as ingest reads any line (lines.read_line):
+   their records, quarantine reasons and positions, and a held-back last line, are the per-line
+   path's own. The parser's `scope` after each of them is given to the SQL of the lines between.
+4. write: the stage's records and the parser's, numbered in line order, with their ids (the
+   module's `ids`), in one transaction with the positions the files reach (Store.write_batch).
+
+So the store holds what reading every line with the LineParser would have stored, table for
+table: tests/collector/test_bulk_dynamo.py ingests the same files both ways and compares them.
+"""
+
+from __future__ import annotations
+
+import codecs
+import hashlib
+from array import array
+from bisect import bisect_right
+from dataclasses import dataclass, field
+from itertools import accumulate
+from typing import Callable
+
+import pyarrow as pa
+
+from .duckdb_engine import duckdb
+from .lines import read_line
+from .records import RECORDS_SCHEMA, BatchBuilder
+from .sources.bulk_sql import MACROS, Rules
+from .store import BulkRows, Origin, Store
+
+CHUNK_BYTES = 16 << 20  # a file is cut into pieces of about this; splitting one copies it for a moment
+SCAN_ROWS = 8192  # lines to an Arrow record batch: DuckDB scans a table's batches in parallel
+
+
+# -- reading ----------------------------------------------------------------------------------
+
+@dataclass
+class _File:
+    """A file being read in bulk: its parser, whose state carries from piece to piece."""
+
+    path: str
+    source: str
+    rules: Rules
+    origin: Origin
+    parser: object
+    max_line: int
+    line_no: int  # lines read so far, for quarantine positions
+    consumed: int  # bytes read so far
+
+
+@dataclass
+class _Piece:
+    """Whole lines of one file (lines.read_pieces)."""
+
+    file: _File
+    offset: int  # of its first byte in the file's (decompressed) stream
+    data: bytes | None  # None: one line over the length limit, not kept
+    length: int
+    terminated: bool
+    cut_short: str | None  # why the stream ended early, for an unfinished last line
+    starts: list[int] = field(default_factory=list)  # each line's offset in data, then len(data)
+    unsent: list[int] = field(default_factory=list)  # lines the SQL is not given
+    sent: bytes | None = None  # data with the lines DuckDB cannot read blanked, when it has such lines
+
+    @property
+    def lines(self) -> int:
+        return len(self.starts) - 1 if self.data is not None else 1
+
+    def line(self, i: int) -> tuple[int, bytes | None, int, bool]:
+        """Line i: its offset in the stream, its bytes (None when over the length limit), its
+        length without the newline, and whether it has its newline."""
+        if self.data is None:
+            return self.offset, None, self.length, self.terminated
+        start, end = self.starts[i], self.starts[i + 1]
+        terminated = self.terminated or i < self.lines - 1
+        length = end - start - terminated
+        line = self.data[start:start + length] if length <= self.file.max_line else None
+        return self.offset + start, line, length, terminated
+
+    def end(self, lines: int) -> int:
+        """The offset in the stream after its first `lines` lines."""
+        if lines < self.lines:
+            return self.offset + (self.starts[lines] if self.data is not None else 0)
+        return self.offset + self.length + (self.data is None and self.terminated)
+
+
+@dataclass
+class Staged:
+    """A stage read: the parser's records and quarantined lines (`batch`) and the stage's rows
+    (`rows`), to be written together; the lines held back."""
+
+    batch: BatchBuilder
+    rows: BulkRows
+    held_back: list[str]
+
+
+class BulkReader:
+    """Stages pieces of files; `flush` reads them. `reached(origin, parser, consumed, line_no)`
+    is told how far each file's pieces were read (ingest moves the origin's position with it)."""
+
+    def __init__(self, store: Store, reached: Callable[..., None]):
+        self.store = store
+        self.reached = reached
+        self._pieces: list[_Piece] = []
+        self._heads: dict[int, set[str]] = {}  # the staged files' origins' fingerprints, by head length
+        self.bytes = 0  # staged
+        self.lines = 0
+        self._macros_on = None
+
+    def takes(self, rules: Rules) -> bool:
+        """Whether lines read by these rules can join the stage (one source's rules to a stage)."""
+        return not self._pieces or self._pieces[0].file.rules is rules
+
+    def open(self, path: str, source: str, rules: Rules, origin: Origin, parser, max_line: int) -> _File:
+        """A file to read from its origin's position on."""
+        self._heads.setdefault(origin.head_len, set()).add(origin.fingerprint)
+        return _File(path, source, rules, origin, parser, max_line, origin.lines, origin.consumed)
+
+    def add(self, file: _File, offset: int, data: bytes | None, length: int, terminated: bool,
+            cut_short: str | None) -> None:
+        """Stage a piece of the file (lines.read_pieces's)."""
+        piece = _Piece(file, offset, data, length, terminated, cut_short)
+        if data is not None:
+            _split(piece)
+        self._pieces.append(piece)
+        self.bytes += length
+        self.lines += piece.lines
+
+    def __bool__(self) -> bool:
+        return bool(self._pieces)
+
+    def holds_head(self, head: bytes) -> bool:
+        """Whether a staged file starts with the same bytes as a file whose head this is: its
+        origin, and how far it was read, which finding the file's origin weighs, are known only
+        once the stage is read."""
+        return any(head_len <= len(head) and hashlib.sha256(head[:head_len]).hexdigest() in fingerprints
+                   for head_len, fingerprints in self._heads.items())
+
+    def flush(self) -> Staged:
+        """Read the staged lines; the stage is empty afterwards."""
+        pieces, self._pieces, self.bytes, self.lines = self._pieces, [], 0, 0
+        self._heads = {}
+        con = self.store.con
+        if self._macros_on is not con:
+            con.execute(MACROS)
+            self._macros_on = con
+        rules = pieces[0].file.rules
+        stage, not_ok = _stage(con, rules, pieces)
+        batch = BatchBuilder()
+        first_record_id = self.store.allocate_record_ids(0)
+        held_back: list[str] = []
+        taken_rows, scope_rows, piece_rows, parser_record_ids = [], [], [], []
+        records_by_source: dict[str, int] = {}
+        for k, piece in enumerate(pieces):
+            file = piece.file
+            batch.reading(file.source, file.origin)
+            read = _by_parser(k, piece, sorted(set(not_ok.get(k, ())).union(piece.unsent)), batch, held_back)
+            first = self.store.allocate_record_ids(read.records)
+            parser_record_ids += [first + n for n in read.parser_records]
+            taken_rows += read.taken
+            scope_rows += read.scopes
+            piece_rows.append((k, first, file.origin.origin_id, file.source, piece.offset, read.lines))
+            records_by_source[file.source] = records_by_source.get(file.source, 0) + read.stage_records
+            file.line_no += read.lines
+            file.consumed = piece.end(read.lines)
+            self.reached(file.origin, file.parser, file.consumed, file.line_no)
+        tables = {
+            "bulk_stage": stage,
+            "bulk_pieces": _table(piece_rows, f=pa.int32(), first_record_id=pa.int64(), origin_id=pa.int32(),
+                                  source=pa.string(), piece_offset=pa.int64(), lines_read=pa.int64()),
+            "bulk_taken": _table(taken_rows, f=pa.int32(), idx=pa.int32(), shift=pa.int64()),
+            "bulk_scopes": _table(scope_rows, f=pa.int32(), idx=pa.int32(), scope=pa.string()),
+        }
+        rows = BulkRows(records=f"SELECT {_RECORD_COLUMNS} FROM ({_STORED})",
+                        ids=rules.ids.replace("{records}", f"({_STORED_WITH_SCOPE})"),
+                        tables=tables, first_record_id=first_record_id, batch_record_ids=parser_record_ids,
+                        records_by_source=records_by_source)
+        return Staged(batch, rows, held_back)
+
+
+# The stage's rows that are stored: its ok lines the parser did not read, up to where each piece's
+# reading stopped, numbered after the records of the lines before them (a line the parser reads
+# may give none, or several).
+_STORED = """
+SELECT s.*, p.first_record_id + s.idx + coalesce(t.shift, 0) AS record_id, p.source, p.origin_id,
+    p.piece_offset + s.start AS "offset", 0 AS seq
+FROM bulk_stage s JOIN bulk_pieces p USING (f)
+ASOF LEFT JOIN bulk_taken t ON s.f = t.f AND s.idx >= t.idx
+WHERE s.ok AND s.idx < p.lines_read AND (t.idx IS NULL OR t.idx < s.idx)
+"""
+_STORED_WITH_SCOPE = f"""
+SELECT st.*, sc.scope FROM ({_STORED}) st ASOF LEFT JOIN bulk_scopes sc ON st.f = sc.f AND st.idx > sc.idx
+"""
+_RECORD_COLUMNS = ", ".join(f'"{name}"' for name in RECORDS_SCHEMA.names)
+_LINES_SCHEMA = pa.schema([("f", pa.int32()), ("idx", pa.int32()), ("start", pa.int32()), ("line", pa.string())])
+
+
+def _split(piece: _Piece) -> None:
+    """The piece's line starts, and the lines the SQL is not given: over the length limit, not
+    UTF-8 (DuckDB refuses such text), the last one when it has no newline yet. The first two are
+    blanked in a copy of the piece (spaces, so the lines keep their offsets)."""
+    data = piece.data
+    lengths = list(map(len, data.split(b"\n")))  # split is the fastest way here, in C
+    if piece.terminated:
+        lengths.pop()  # the empty "line" after the last newline
+    piece.starts = [0, *accumulate(n + 1 for n in lengths)]
+    piece.starts[-1] = len(data)
+    blank = [i for i, n in enumerate(lengths) if n > piece.file.max_line] if max(lengths) > piece.file.max_line else []
+    if not data.isascii():
+        blank += _not_utf8(data, piece.starts)
+    if blank:
+        sent = bytearray(data)
+        for i in blank:
+            sent[piece.starts[i]:piece.starts[i] + lengths[i]] = b" " * lengths[i]
+        piece.sent = bytes(sent)
+    unsent = set(blank)
+    if not piece.terminated:
+        unsent.add(len(lengths) - 1)
+    piece.unsent = sorted(unsent)
+
+
+def _not_utf8(data: bytes, starts: list[int]) -> list[int]:
+    """The lines of data that are not UTF-8."""
+    bad, position = [], 0
+    while position < len(data):
+        try:
+            codecs.utf_8_decode(memoryview(data)[position:], "strict", True)
+            break
+        except UnicodeDecodeError as e:
+            i = bisect_right(starts, position + e.start) - 1
+            bad.append(i)
+            position = starts[i + 1]
+    return bad
+
+
+def _stage(con, rules: Rules, pieces: list[_Piece]) -> tuple[pa.Table, dict[int, list[int]]]:
+    """The module's select over the staged lines, as an Arrow table (in this process's memory: an
+    ordered temporary table is written on one thread once DuckDB nears its memory budget), and
+    the lines of each piece it does not read."""
+    batches = []
+    for k, piece in enumerate(pieces):
+        if piece.data is None:
+            continue
+        n = piece.lines
+        offsets = pa.py_buffer(array("i", piece.starts))
+        line = pa.Array.from_buffers(pa.string(), n, [None, offsets, pa.py_buffer(piece.sent or piece.data)])
+        start = pa.Array.from_buffers(pa.int32(), n, [None, offsets])
+        batch = pa.RecordBatch.from_arrays(
+            [pa.repeat(pa.scalar(k, pa.int32()), n), pa.array(range(n), pa.int32()), start, line], schema=_LINES_SCHEMA)
+        batches += [batch.slice(i, SCAN_ROWS) for i in range(0, n, SCAN_ROWS)]
+    con.register("bulk_lines", pa.Table.from_batches(batches, _LINES_SCHEMA))
+    try:
+        try:
+            stage = con.sql(rules.select.replace("{lines}", "bulk_lines")).to_arrow_table()
+        except (duckdb.InvalidInputException, duckdb.ConversionException):
+            # Text DuckDB cannot read after all: the parser reads every line of the stage.
+            stage = con.sql(rules.select.replace("{lines}", "(FROM bulk_lines LIMIT 0)")).to_arrow_table()
+            return stage, {k: list(range(piece.lines)) for k, piece in enumerate(pieces)}
+    finally:
+        con.unregister("bulk_lines")
+    con.register("bulk_stage", stage)
+    try:
+        return stage, dict(con.execute("SELECT f, list(idx) FROM bulk_stage WHERE NOT ok GROUP BY f").fetchall())
+    finally:
+        con.unregister("bulk_stage")
+
+
+@dataclass
+class _Read:
+    lines: int  # lines read: all of the piece's, but an unfinished last line held back
+    records: int  # their records
+    stage_records: int  # of which the stage's
+    parser_records: list[int]  # the number of each of the parser's records, from the piece's first
+    taken: list[tuple]  # (piece, line, records shift after it) of each line the parser read
+    scopes: list[tuple]  # (piece, line, the parser's scope from the next line on)
+
+
+def _by_parser(k: int, piece: _Piece, unread: list[int], batch: BatchBuilder, held_back: list[str]) -> _Read:
+    """The piece's lines the parser must read (the module doc's step 3), read in line order."""
+    file, parser = piece.file, piece.file.parser
+    n = piece.lines
+    must = unread if unread and unread[-1] == n - 1 else [*unread, n - 1]
+    markers = _Markers(piece, parser) if piece.data is not None else None
+    read = _Read(n, 0, 0, [], [], [(k, -1, parser.scope)])
+    shift, last, m = 0, -1, 0
+    while read.lines == n:
+        while m < len(must) and must[m] <= last:
+            m += 1
+        line = must[m] if m < len(must) else n
+        if markers is not None:
+            line = min(line, markers.after(last))
+        if line >= n:
+            break
+        for i in range(max(line - 1, last + 1), line + 1):
+            offset, text, length, terminated = piece.line(i)
+            before = batch.record_count
+            line_no = file.line_no + i + 1
+            if read_line(batch, parser, file.path, line_no, offset, text, length, terminated, piece.cut_short,
+                         file.max_line) is not None:
+                held_back.append(f"{file.path}:{line_no} (byte {offset})")
+                read.lines = i
+                break
+            got = batch.record_count - before
+            read.parser_records += range(i + shift, i + shift + got)
+            shift += got - 1
+            read.taken.append((k, i, shift))
+            last = i
+            if parser.scope != read.scopes[-1][2]:
+                read.scopes.append((k, i, parser.scope))
+    read.records = read.lines + shift
+    read.stage_records = read.lines - len(read.taken)
+    return read
+
+
+class _Markers:
+    """The lines of a piece holding a text that may change what the parser knows of its file (its
+    state_markers(), which shrink as it learns)."""
+
+    def __init__(self, piece: _Piece, parser):
+        self._data, self._starts, self._parser = piece.data, piece.starts, parser
+        self._next: dict[bytes, int] = {}  # where each marker is next found
+
+    def after(self, line: int) -> int:
+        """The first such line after `line`; the piece's line count when none is left."""
+        data, start = self._data, self._starts[line + 1]
+        first = len(data)
+        for marker in self._parser.state_markers():
+            at = self._next.get(marker, -1)
+            if at < start:
+                at = data.find(marker, start)
+                self._next[marker] = at = len(data) if at < 0 else at
+            first = min(first, at)
+        return bisect_right(self._starts, first) - 1
+
+
+def _table(rows: list[tuple], **types: pa.DataType) -> pa.Table:
+    columns = list(zip(*rows)) if rows else [[] for _ in types]
+    return pa.table({name: pa.array(col, t) for (name, t), col in zip(types.items(), columns)})

@@ -1,0 +1,78 @@
+"""What a source module's BULK is made of: the SQL that reads its lines in DuckDB as its
+LineParser reads them (collector/bulk.py runs it), and the helpers such SQL shares: whether DuckDB
+reads a JSON line as orjson does, and Python's regular expressions in DuckDB's dialect."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Rules:
+    """How DuckDB reads a source's lines (a source module's BULK).
+
+    select: a SELECT over `{lines}` (f, idx, start, line: a piece, a line's index in it, its
+        byte offset in it, and its text with its newline) giving one row per line: its f, idx
+        and start, `ok` (the row is the line's record, as the LineParser would read it), the
+        records' columns (records.RECORDS_SCHEMA but record_id, source, origin_id, offset and
+        seq), and whatever `ids` reads.
+    ids: a SELECT over `{records}` (the rows stored, with their `record_id` and `scope`, the
+        parser's scope where it would have read the line) giving each record's ids as
+        record_id, kind, value, scope: those Record.add_id and records.py's span edges give.
+    """
+
+    select: str
+    ids: str
+
+
+# -- JSON read alike ------------------------------------------------------------------------
+# DuckDB's JSON reader (yyjson) takes texts orjson refuses, and writes some values otherwise than
+# orjson. A JSON-lines source's `select` keeps a line `ok` only when read_as_orjson says DuckDB
+# reads and writes it as orjson would: no trailing comma (yyjson drops it); no key twice (orjson
+# keeps the last value, yyjson both); and nothing in the text DuckDB writes of it (`written`,
+# minified) that orjson reads or writes otherwise: NaN or Infinity, numbers orjson writes with an
+# exponent (below 1e-5, from 1e16) or yyjson keeps as text (beyond 64 bits), control characters
+# yyjson escapes in upper case, nested objects (keys twice inside them) and nested arrays (orjson
+# writes no deeper than 254 levels).
+_TRAILING_COMMA = r",[ \t\n\r]*[}\]]"
+_WRITTEN_OTHERWISE = "|".join([
+    r"[:\[,]-?(?i:nan|inf)",
+    r"[:\[,]-?[0-9]+(\.[0-9]+)?[eE]",
+    r"[:\[,]-?0\.00000",
+    r"[:\[,]-?[0-9]{17,}\.",
+    r"[:\[,]-?[0-9]{20}",
+    r"[:\[,]-[0-9]{19}",
+    r"\\u00[01][A-F]",
+    r"[:\[,]\{",
+    r"[\[,]\[",
+])
+MACROS = f"""
+CREATE OR REPLACE TEMP MACRO read_as_orjson(line, keys, written) AS
+    NOT regexp_matches(line, '{_TRAILING_COMMA}')
+    AND len(keys) = len(list_distinct(keys))
+    AND NOT regexp_matches(written, '{_WRITTEN_OTHERWISE}');
+"""
+
+
+def re2(pattern: re.Pattern) -> str:
+    """A Python pattern as DuckDB's regular expressions (RE2) read it, quoted for SQL. `\\d` and
+    `\\s` are Unicode classes in Python unless the pattern is compiled with re.ASCII, and RE2 knows
+    them only in ASCII (its `\\s` without the vertical tab): such a pattern must be ASCII, and its
+    classes are written out. A final `$` also matches before a last newline in Python."""
+    if not pattern.flags & re.ASCII and re.search(r"\\[ds]", pattern.pattern):
+        raise ValueError(f"{pattern.pattern!r}: \\d and \\s read alike in DuckDB only with re.ASCII")
+    text, out, i = pattern.pattern, [], 0
+    while i < len(text):
+        ch = text[i]
+        if ch == "\\":
+            out.append(_RE2_CLASSES.get(text[i + 1], text[i:i + 2]))
+            i += 2
+            continue
+        out.append("\\n?$" if ch == "$" and i == len(text) - 1 else ch)
+        i += 1
+    return "".join(out).replace("'", "''")
+
+
+# Python's ASCII classes as RE2 reads them (tests/collector/test_bulk_dynamo.py checks every code point).
+_RE2_CLASSES = {"d": "[0-9]", "s": r"[\t\n\x0b\f\r ]"}
