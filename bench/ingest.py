@@ -83,8 +83,9 @@ TENTHS = 10
 
 def small_files(folder: Path, count: int) -> list[Path]:
     """`count` one-line files in TENTHS folders; made once, reused by later runs."""
+    folder = folder / str(count)  # another count, other files
     tenths = [folder / f"tenth-{t}" for t in range(TENTHS)]
-    done = folder / f"made-{count}"
+    done = folder / "made"
     if not done.exists():
         for t, tenth in enumerate(tenths):
             tenth.mkdir(parents=True, exist_ok=True)
@@ -108,7 +109,7 @@ def many_files_run(cfg: Config, count: int) -> list[Row]:
         start = time.perf_counter()
         con = duckdb.connect(str(_fresh(cfg.data / "read_json_small.duckdb")))
         con.execute("SET enable_progress_bar = false")
-        con.execute(f"CREATE TABLE lines AS SELECT * FROM read_json('{cfg.data / 'small-files'}/tenth-*/*.jsonl', "
+        con.execute(f"CREATE TABLE lines AS SELECT * FROM read_json('{tenths[0].parent}/tenth-*/*.jsonl', "
                     f"format='newline_delimited')")
         con.close()
         baseline.append((time.perf_counter() - start) * 1000 / count)
