@@ -16,6 +16,13 @@ A module provides:
                                                  .worker / .role: identity learned for the file;
                                                  .aliases (optional): {other name: worker} of
                                                  processes the file names two ways
+    BULK: bulk_sql.Rules (optional)              the same reading as SQL over a stage of lines,
+                                                 which collector/bulk.py runs; its LineParser
+                                                 then also has .scope (the worker its engine ids
+                                                 belong to) and .state_markers() (texts a line
+                                                 must hold to change what it knows of its file)
+
+docs/contributing.md walks through adding a format.
 """
 
 from __future__ import annotations
