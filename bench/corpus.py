@@ -1,12 +1,10 @@
-"""Benchmark data: a fleet's Dynamo JSONL logs, written fast, and a large store built from them.
+"""Benchmark data: a fleet's Dynamo JSONL logs, written fast.
 
 `Corpus` writes what a disaggregated Dynamo fleet (F frontends, P prefill and D decode workers)
 logs for n requests. Its lines are collector/dynamo_sample.py's, byte for byte: the generator
 renders one request there, finds its ids in the text, and re-emits that text with each request's
 own ids (a thousand times faster than rendering every request). Ids are a pure function of the
-request number, in Python and in SQL alike, so `build_store` can clone the first requests'
-records inside DuckDB and get the store that ingesting the whole corpus would give (only the byte
-offsets are synthetic), in seconds instead of the hours trace-join ingest would take.
+request number (request_ids), so a benchmark knows what to look up and what it must find.
 """
 
 from __future__ import annotations
@@ -14,7 +12,6 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-import math
 import re
 import shutil
 import tempfile
@@ -22,9 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tracejoin.collector.dynamo_sample import DynamoSample
-from tracejoin.collector.ingest import Ingester
-from tracejoin.collector import id_index
-from tracejoin.collector.store import open_store
 
 VERSION = 1  # bump when the lines change, so cached corpora are rebuilt
 FRONTENDS, PREFILLS, DECODES = 4, 6, 6  # 16 workers
@@ -45,7 +39,7 @@ class RequestIds:
 
 
 def request_ids(k: int) -> RequestIds:
-    """Request k's ids; _SQL_IDS computes the same in DuckDB."""
+    """Request k's ids."""
     u = hashlib.md5(f"u{k}".encode()).hexdigest()
     s = hashlib.sha256(f"s{k}".encode()).hexdigest() + hashlib.md5(f"v{k}".encode()).hexdigest()
     return RequestIds(
@@ -56,18 +50,6 @@ def request_ids(k: int) -> RequestIds:
     )
 
 
-_SQL_IDS = """
-    SELECT k,
-           md5('u' || k) AS u,
-           substr(u, 1, 8) || '-' || substr(u, 9, 4) || '-' || substr(u, 13, 4) || '-' || substr(u, 17, 4)
-               || '-' || substr(u, 21) AS internal_id,
-           md5('t' || k) AS trace_id,
-           sha256('s' || k) || md5('v' || k) AS s,
-           substr(s, 1, 16) AS s0, substr(s, 17, 16) AS s1, substr(s, 33, 16) AS s2,
-           substr(s, 49, 16) AS s3, substr(s, 65, 16) AS s4,
-           'xr-' || k AS x_request_id
-    FROM range({first}, {stop}) t(k)
-"""
 _ID_COLUMNS = ("internal_id", "trace_id", "s0", "s1", "s2", "s3", "s4", "x_request_id")
 
 
@@ -78,10 +60,6 @@ def _id_values(ids: RequestIds) -> tuple[str, ...]:
 def workers_of(k: int) -> tuple[int, int, int]:
     """The frontend, prefill and decode worker that serve request k."""
     return k % FRONTENDS, k % PREFILLS, k % DECODES
-
-
-# Requests k and k + PERIOD go to the same workers, so their records differ only by ids and time.
-PERIOD = math.lcm(FRONTENDS, PREFILLS, DECODES)
 
 
 class _Template:
@@ -180,78 +158,3 @@ class Corpus:
         for f in outs:
             f.close()
         return lines
-
-
-def build_store(corpus: Corpus, db: Path, scratch: Path) -> dict:
-    """The store `trace-join ingest` would make of the corpus: the first PERIOD requests are
-    ingested for real (all 16 workers, their identities and roles), and every later request is a
-    copy of the one of those with the same workers, its ids and time replaced, made in SQL. The ids
-    copied are indexed after, in sorted runs of millions, as a bulk load should be."""
-    for path in (db, db.with_name(db.name + ".wal")):
-        path.unlink(missing_ok=True)
-    seed = Corpus(scratch, min(PERIOD, corpus.requests)).ensure()
-    with open_store(db) as store:
-        Ingester(store).ingest_paths([str(f) for f in seed.files()])
-        con = store.con
-        con.execute(f"CREATE TEMP TABLE tmpl_ids AS {_SQL_IDS.format(first=0, stop=seed.requests)}")
-        # Each record of a request with its request number k0 and its place j among that request's records.
-        con.execute("""
-            CREATE TEMP TABLE tmpl AS
-            SELECT r.*, t.k AS k0, row_number() OVER (PARTITION BY t.k ORDER BY r.record_id) - 1 AS j
-            FROM records r
-            JOIN record_ids i ON i.record_id = r.record_id AND i.kind = 'internal_id'
-            JOIN tmpl_ids t ON t.internal_id = i.value
-        """)
-        per_request, last_id = con.execute("SELECT count(*) / count(DISTINCT k0), max(record_id) FROM tmpl").fetchone()
-        per_request = int(per_request)
-        leaked = con.execute(
-            "SELECT count(*) FROM tmpl t JOIN tmpl_ids i ON i.k = t.k0 "
-            "WHERE contains(t.attrs, i.internal_id) OR contains(t.attrs, i.trace_id) OR contains(t.name, i.internal_id)"
-        ).fetchone()[0]
-        assert leaked == 0, "template records hold ids outside the columns the copy rewrites"
-        chunk = 100_000
-        for first in range(seed.requests, corpus.requests, chunk):
-            stop = min(first + chunk, corpus.requests)
-            _copy_requests(con, first, stop, per_request, last_id, seed.requests)
-        id_index.index_existing(con, last_id + 1)  # the copies' records come after the seed's
-        id_index.compact(con)
-        # The origins name the corpus files, as if ingested from there.
-        con.execute("UPDATE origins SET path = replace(path, ?, ?)", [str(seed.folder), str(corpus.folder)])
-        con.execute("CHECKPOINT")
-        records, ids = (con.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("records", "record_ids"))
-        workers = con.execute("SELECT count(DISTINCT worker) FROM origins").fetchone()[0]
-    return {"records": records, "record_ids": ids, "workers": workers}
-
-
-def _copy_requests(con, first: int, stop: int, per_request: int, last_id: int, period: int) -> None:
-    def subst(column: str) -> str:
-        """The column with request k0's ids replaced by request k's."""
-        expr = column
-        for c in _ID_COLUMNS:
-            expr = f"replace({expr}, o.{c}, b.{c})"
-        return expr
-
-    new_ids = _SQL_IDS.format(first=first, stop=stop)
-    con.execute(f"""
-        CREATE OR REPLACE TEMP TABLE batch AS
-        SELECT n.*, n.k % {period} AS k0, {last_id} + (n.k - {period}) * {per_request} AS base
-        FROM ({new_ids}) n
-    """)
-    con.execute(f"""
-        INSERT INTO records BY NAME
-        SELECT b.base + t.j + 1 AS record_id,
-               t.time_ns + (b.k // {REQUESTS_PER_SECOND}) * 1000000000 AS time_ns,
-               t.steady_s, t.source, t.kind, t.worker, t.role, t.level, t.name, t.duration_ns, t.status, t.entry,
-               {subst('t.trace_id')} AS trace_id, {subst('t.span_id')} AS span_id,
-               {subst('t.parent_span_id')} AS parent_span_id, t.attrs, t.origin_id,
-               t."offset" + (b.k - b.k0) * 8192 AS "offset", t.seq
-        FROM batch b JOIN tmpl t ON t.k0 = b.k0
-        JOIN tmpl_ids o ON o.k = b.k0
-        ORDER BY 1
-    """)
-    con.execute(f"""
-        INSERT INTO record_ids BY NAME
-        SELECT b.base + t.j + 1 AS record_id, i.kind, {subst('i.value')} AS value, i.scope
-        FROM batch b JOIN tmpl t ON t.k0 = b.k0 JOIN record_ids i ON i.record_id = t.record_id
-        JOIN tmpl_ids o ON o.k = b.k0
-    """)

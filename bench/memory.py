@@ -8,6 +8,7 @@ from .common import TRACE_JOIN, Config, Row, check, run_child
 from .corpus import Corpus
 
 TARGET_MB = 500
+TARGET_SECONDS = 240  # for 5 GB
 BYTES_PER_REQUEST = 6040  # what one request's 11 lines weigh in the corpus
 
 
@@ -18,7 +19,11 @@ def run(cfg: Config, megabytes: int, notes: list[str]) -> list[Row]:
         path.unlink(missing_ok=True)
     child = check(run_child([TRACE_JOIN, "ingest", "--db", str(db), *map(str, corpus.files())]), "trace-join ingest")
     size = corpus.bytes()
+    scaled = "" if size >= 5e9 else f"; scaled ({size / 5e9:.0%} of 5 GB, and of the time target)"
+    seconds_target = TARGET_SECONDS * min(1.0, size / 5e9)
     return [Row("5 memory", f"`trace-join ingest` of {size / 1e6:,.0f} MB, peak RSS", child.peak_rss_mb, "MB",
                 target=f"< {TARGET_MB} MB", passed=child.peak_rss_mb < TARGET_MB,
-                note=f"{corpus.lines():,} lines in {child.seconds:.0f} s, one run"
-                     + ("" if size >= 5e9 else f"; scaled ({size / 5e9:.0%} of 5 GB)"))]
+                note=f"{corpus.lines():,} lines, one run" + scaled),
+            Row("5 memory", f"`trace-join ingest` of {size / 1e6:,.0f} MB, wall time", child.seconds, "s",
+                target=f"≤ {seconds_target:,.0f} s", passed=child.seconds <= seconds_target,
+                note=f"{corpus.lines() / child.seconds:,.0f} lines/s" + scaled)]
