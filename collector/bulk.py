@@ -144,6 +144,10 @@ class BulkReader:
     def __bool__(self) -> bool:
         return bool(self._pieces)
 
+    def release(self) -> None:
+        """Drop the last stage read, once written."""
+        self.store.con.execute("DROP TABLE IF EXISTS bulk_stage")
+
     def holds_head(self, head: bytes) -> bool:
         """Whether a staged file starts with the same bytes as a file whose head this is: its
         origin, and how far it was read, which finding the file's origin weighs, are known only
@@ -160,7 +164,7 @@ class BulkReader:
             con.execute(MACROS)
             self._macros_on = con
         rules = pieces[0].file.rules
-        stage, not_ok = _stage(con, rules, pieces)
+        not_ok = _stage(con, rules, pieces)
         batch = BatchBuilder()
         first_record_id = self.store.allocate_record_ids(0)
         held_back: list[str] = []
@@ -180,7 +184,6 @@ class BulkReader:
             file.consumed = piece.end(read.lines)
             self.reached(file.origin, file.parser, file.consumed, file.line_no)
         tables = {
-            "bulk_stage": stage,
             "bulk_pieces": _table(piece_rows, f=pa.int32(), first_record_id=pa.int64(), origin_id=pa.int32(),
                                   source=pa.string(), piece_offset=pa.int64(), lines_read=pa.int64()),
             "bulk_taken": _table(taken_rows, f=pa.int32(), idx=pa.int32(), shift=pa.int64()),
@@ -248,10 +251,10 @@ def _not_utf8(data: bytes, starts: list[int]) -> list[int]:
     return bad
 
 
-def _stage(con, rules: Rules, pieces: list[_Piece]) -> tuple[pa.Table, dict[int, list[int]]]:
-    """The module's select over the staged lines, as an Arrow table (in this process's memory: an
-    ordered temporary table is written on one thread once DuckDB nears its memory budget), and
-    the lines of each piece it does not read."""
+def _stage(con, rules: Rules, pieces: list[_Piece]) -> dict[int, list[int]]:
+    """The module's select over the staged lines, as the temporary table bulk_stage (within
+    DuckDB's memory budget, spilled to disk beyond it, where an Arrow table would add a stage's
+    size to the peak), and the lines of each piece it does not read."""
     batches = []
     for k, piece in enumerate(pieces):
         if piece.data is None:
@@ -264,20 +267,20 @@ def _stage(con, rules: Rules, pieces: list[_Piece]) -> tuple[pa.Table, dict[int,
             [pa.repeat(pa.scalar(k, pa.int32()), n), pa.array(range(n), pa.int32()), start, line], schema=_LINES_SCHEMA)
         batches += [batch.slice(i, SCAN_ROWS) for i in range(0, n, SCAN_ROWS)]
     con.register("bulk_lines", pa.Table.from_batches(batches, _LINES_SCHEMA))
+    # The rows carry their place (f, idx), so they may come in any order: on every thread.
+    con.execute("SET preserve_insertion_order = false")
     try:
         try:
-            stage = con.sql(rules.select.replace("{lines}", "bulk_lines")).to_arrow_table()
+            con.execute(f"CREATE OR REPLACE TEMP TABLE bulk_stage AS {rules.select.replace('{lines}', 'bulk_lines')}")
         except (duckdb.InvalidInputException, duckdb.ConversionException):
             # Text DuckDB cannot read after all: the parser reads every line of the stage.
-            stage = con.sql(rules.select.replace("{lines}", "(FROM bulk_lines LIMIT 0)")).to_arrow_table()
-            return stage, {k: list(range(piece.lines)) for k, piece in enumerate(pieces)}
+            con.execute("CREATE OR REPLACE TEMP TABLE bulk_stage AS "
+                        + rules.select.replace("{lines}", "(FROM bulk_lines LIMIT 0)"))
+            return {k: list(range(piece.lines)) for k, piece in enumerate(pieces)}
     finally:
+        con.execute("RESET preserve_insertion_order")
         con.unregister("bulk_lines")
-    con.register("bulk_stage", stage)
-    try:
-        return stage, dict(con.execute("SELECT f, list(idx) FROM bulk_stage WHERE NOT ok GROUP BY f").fetchall())
-    finally:
-        con.unregister("bulk_stage")
+    return dict(con.execute("SELECT f, list(idx) FROM bulk_stage WHERE NOT ok GROUP BY f").fetchall())
 
 
 @dataclass

@@ -27,8 +27,9 @@ from .store import BulkRows, Origin, Store, disk_full_named
 HEAD = 4096  # bytes hashed to recognize a file
 _OWN_FILES = (".duckdb", ".duckdb.wal", ".collector.json")  # a store (and its collector's files) kept next to the logs
 BATCH_RECORDS = 20_000  # held as Python objects until written: this bounds memory
-# Lines read in bulk (bulk.py) that a transaction holds at most: they are held as Arrow tables, a
-# few hundred bytes a line, and DuckDB's work on each stage is the same whatever its size.
+# Lines read in bulk (bulk.py) that a transaction holds at most: their bytes are held until written
+# (and their rows in DuckDB, within its budget), while planning each stage's queries costs the same
+# whatever its size.
 BULK_BATCH_RECORDS = 250_000
 SNIFF_LINES = 20
 # Stream bytes read between two commits even when they hold no records (a file of blank lines, a
@@ -350,6 +351,7 @@ class Ingester:
             staged = self._bulk.flush()
             result.held_back += staged.held_back
             self._write(staged.batch, result, staged.rows)
+            self._bulk.release()
         if len(self._batch) or self._batch.origins:
             self._write(self._batch, result)
 
