@@ -20,7 +20,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .id_index import carriers_sql
 from .ids import KEY_KINDS, PARENT_SPAN, SCOPED_KINDS, SPAN
 
 SERVING_ROLES = {"router", "frontend", "proxy", "agg", "ctx", "gen", "prefill", "decode", "worker"}
@@ -28,6 +27,12 @@ _CHUNK = 2000  # values per query
 # Up to this many values, each is looked up on its own (one row group of each id run); more are
 # joined against the whole index in one scan, which costs the same for 10 values as for 2,000.
 _FEW_VALUES = 32
+# A request's records lie in a few stretches of the store, one for each file that logged it: ids
+# nearer than this are read as one range, each range by a query branch of its own, since one IN
+# list spanning the stretches has DuckDB read every row group between its lowest id and its
+# highest. Past _MANY_RANGES branches, one IN list is cheaper again.
+_NEAR = 4096
+_MANY_RANGES = 64
 
 
 # A record's columns as the view record_workers states them (its worker and role settled against
@@ -97,7 +102,14 @@ class IdGraph:
             self._rows[v] = []
         for i in range(0, len(missing), _CHUNK):
             chunk = missing[i:i + _CHUNK]
-            for record_id, kind, value, scope in self.con.execute(_carriers_query(len(chunk)), chunk + chunk).fetchall():
+            found = [r for (r,) in self.con.execute(_found_query(len(chunk)), chunk).fetchall()]
+            if not found:
+                continue
+            marks = ",".join("?" * len(chunk))
+            # The value is checked after the records' ids are read: see id_index.carriers_sql.
+            for record_id, kind, value, scope in _by_ranges(
+                    self.con, f"SELECT * FROM (SELECT record_id, kind, value, scope FROM record_ids WHERE {{}} OFFSET 0) "
+                              f"WHERE value IN ({marks})", found, chunk):
                 self._rows[value].append((record_id, kind, self._aliases.get(scope, scope)))
 
     def load(self, record_ids) -> None:
@@ -105,14 +117,10 @@ class IdGraph:
         missing = [r for r in set(record_ids) if r not in self.nodes]
         for i in range(0, len(missing), _CHUNK):
             chunk = missing[i:i + _CHUNK]
-            marks = ",".join("?" * len(chunk))
-            for row in self.con.execute(
-                f"SELECT {_SELECT_RECORDS} FROM record_workers WHERE record_id IN ({marks})", chunk
-            ).fetchall():
+            for row in _by_ranges(self.con, f"SELECT {_SELECT_RECORDS} FROM record_workers WHERE {{}}", chunk):
                 self.nodes[row[0]] = Node(*row[:8], record=dict(zip(RECORD_COLUMNS, row)))
-            for record_id, kind, value, scope in self.con.execute(
-                f"SELECT record_id, kind, value, scope FROM record_ids WHERE record_id IN ({marks})", chunk
-            ).fetchall():
+            for record_id, kind, value, scope in _by_ranges(
+                    self.con, "SELECT record_id, kind, value, scope FROM record_ids WHERE {}", chunk):
                 self.nodes[record_id].ids.append((kind, value, self._aliases.get(scope, scope)))
 
     def carriers(self, values, kinds=None) -> list[tuple[int, str]]:
@@ -288,12 +296,25 @@ def _same_request(a: Node, b: Node) -> bool:
     return a.parent_span_id != b.parent_span_id
 
 
-def _carriers_query(n: int) -> str:
-    """The ids of the records carrying any of n values (parameters, given twice): the records the
-    index finds by the values' hashes, then those records' ids of these values (id_index.py)."""
-    marks = ",".join("?" * n)
+def _found_query(n: int) -> str:
+    """The record ids the index finds for n values (parameters) by their hashes."""
     if n <= _FEW_VALUES:  # each hash a constant: one row group of each run
-        found = " UNION ALL ".join(["SELECT record_id FROM id_index WHERE key = hash(?)"] * n)
-    else:
-        found = f"SELECT record_id FROM id_index WHERE key IN (SELECT hash(unnest([{marks}])))"
-    return carriers_sql(found, marks)
+        return " UNION ALL ".join(["SELECT record_id FROM id_index WHERE key = hash(?)"] * n)
+    marks = ",".join("?" * n)
+    return f"SELECT record_id FROM id_index WHERE key IN (SELECT hash(unnest([{marks}])))"
+
+
+def _by_ranges(con, select: str, record_ids: list[int], parameters: list = ()) -> list[tuple]:
+    """The rows of `select` (its `{}` a condition on record_id) for these records, and only theirs."""
+    ranges: list[list[int]] = []
+    for r in sorted(record_ids):
+        if ranges and r - ranges[-1][1] <= _NEAR:
+            ranges[-1][1] = r
+        else:
+            ranges.append([r, r])
+    if len(ranges) > _MANY_RANGES:
+        sql = select.format(f"record_id IN ({','.join(map(str, sorted(record_ids)))})")
+        return con.execute(sql, list(parameters)).fetchall()
+    sql = " UNION ALL ".join(f"({select.format(f'record_id BETWEEN {int(lo)} AND {int(hi)}')})" for lo, hi in ranges)
+    wanted = set(record_ids)
+    return [row for row in con.execute(sql, list(parameters) * len(ranges)).fetchall() if row[0] in wanted]
