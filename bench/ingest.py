@@ -3,6 +3,7 @@ DuckDB's own `read_json` loading the same files into a bare table."""
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 
@@ -44,7 +45,7 @@ def ingester_seconds(files: list[Path], db: Path) -> float:
 
 
 def run(cfg: Config, lines: int, small_files_count: int, notes: list[str]) -> list[Row]:
-    return lines_run(cfg, lines, notes) + many_files_run(cfg, small_files_count)
+    return lines_run(cfg, lines, notes) + mixed_run(cfg, lines) + many_files_run(cfg, small_files_count)
 
 
 def lines_run(cfg: Config, lines: int, notes: list[str]) -> list[Row]:
@@ -72,6 +73,80 @@ def lines_run(cfg: Config, lines: int, notes: list[str]) -> list[Row]:
         run_child([TRACE_JOIN, "ingest", "--db", str(_fresh(db)), *map(str, files)], profile_to=raw)
         notes.append(summarize(raw))
     return rows
+
+
+# -- a mixed corpus ----------------------------------------------------------------------------
+
+TARGET_MIXED_RATIO = 0.33
+# The formats of the mixed corpus beside Dynamo's, as `trace-join demo` writes them (its simulated
+# TensorRT-LLM deployment, in TensorRT-LLM's own formats): its folder, and how DuckDB reads it.
+MIXED_FORMATS = {"perf_metrics": "json", "otlp": "json", "logs": "text"}
+
+
+def mixed_corpus(cfg: Config, lines: int) -> dict[str, list[Path]]:
+    """A quarter of the Dynamo corpus's files, and as many bytes of each other format: one file for
+    each file of `trace-join demo`'s run, its lines repeated (repeated ids do not change what
+    reading them costs; each file starts differently, so ingest reads each one)."""
+    dynamo = Corpus(cfg.data / "ingest-corpus", max(1, lines // 11)).ensure().files()[::4]
+    each = sum(f.stat().st_size for f in dynamo)
+    folder = cfg.data / f"mixed-corpus-{each}"
+    done = folder / "made"
+    if not done.exists():
+        shutil.rmtree(folder, ignore_errors=True)
+        demo = folder / "demo"
+        demo.mkdir(parents=True)
+        check(run_child([TRACE_JOIN, "demo", "--db", str(folder / "demo.duckdb"), "--folder", str(demo)]),
+              "trace-join demo")
+        run = next(demo.iterdir())
+        for kind in MIXED_FORMATS:
+            sources = sorted(p for p in (run / kind).rglob("*") if p.is_file() and p.stat().st_size)
+            total = sum(p.stat().st_size for p in sources)
+            for i, source in enumerate(sources):
+                text = source.read_bytes()
+                if not text.endswith(b"\n"):
+                    text += b"\n"
+                copies = max(1, each // total)
+                out = folder / kind / f"{i:02d}-{source.name}"
+                out.parent.mkdir(parents=True, exist_ok=True)
+                out.write_bytes(text * copies)
+        shutil.rmtree(demo)
+        done.touch()
+    return {**{kind: sorted((folder / kind).iterdir()) for kind in MIXED_FORMATS}, "dynamo": dynamo}
+
+
+def duckdb_reading_seconds(files: dict[str, list[Path]], db: Path) -> float:
+    """The baseline: DuckDB storing the same files, each format into a bare table of its own
+    (`read_json`; text as whole lines with `read_csv`)."""
+    start = time.perf_counter()
+    con = duckdb.connect(str(_fresh(db)))
+    con.execute("SET enable_progress_bar = false")
+    for kind, paths in files.items():
+        listed = ", ".join(f"'{f}'" for f in paths)
+        if MIXED_FORMATS.get(kind, "json") == "json":
+            con.execute(f"CREATE TABLE {kind} AS SELECT * FROM read_json([{listed}], format='newline_delimited', "
+                        f"union_by_name=true, maximum_object_size=67108864)")
+        else:
+            con.execute(f"CREATE TABLE {kind} AS SELECT * FROM read_csv([{listed}], columns={{'line': 'VARCHAR'}}, "
+                        f"header=false, delim=chr(1), quote='', escape='', strict_mode=false)")
+    con.close()
+    return time.perf_counter() - start
+
+
+def mixed_run(cfg: Config, lines: int) -> list[Row]:
+    files = mixed_corpus(cfg, lines)
+    every = [f for paths in files.values() for f in paths]
+    db = cfg.data / "mixed.duckdb"
+    baseline, cli = [], []
+    for _ in range(cfg.runs):
+        baseline.append(duckdb_reading_seconds(files, cfg.data / "mixed-baseline.duckdb"))
+        cli.append(check(run_child([TRACE_JOIN, "ingest", "--db", str(_fresh(db)), *map(str, every)]),
+                         "trace-join ingest").seconds)
+    megabytes = sum(f.stat().st_size for f in every) / 1e6
+    kinds = ", ".join(f"{kind} {sum(f.stat().st_size for f in paths) / 1e6:.0f} MB" for kind, paths in files.items())
+    return [Row("1 ingest", "mixed corpus: `trace-join ingest` (whole command), MB/s", megabytes / median(cli), "MB/s",
+                megabytes / median(baseline), f"≥ {TARGET_MIXED_RATIO}×",
+                median(baseline) / median(cli) >= TARGET_MIXED_RATIO,
+                f"{kinds}; baseline: DuckDB reading the same files (read_json; read_csv of whole lines for text)")]
 
 
 # -- many small files --------------------------------------------------------------------------
