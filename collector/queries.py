@@ -12,11 +12,11 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from .coverage import coverage
 from .lookup import Window, lookup
-from .request_list import RequestFilter, list_requests
-from .requests import requests_current
 from .store import Store
+
+# The requests build (requests, coverage) is imported by the queries that read it: a lookup, which
+# starts a process of its own each time, does not pay for its import.
 
 
 def _lookup(store: Store, p: dict) -> dict:
@@ -24,10 +24,14 @@ def _lookup(store: Store, p: dict) -> dict:
 
 
 def _requests(store: Store, p: dict) -> list[dict]:
+    from .request_list import RequestFilter, list_requests
+
     return list_requests(store, RequestFilter(**p))
 
 
 def _coverage(store: Store, p: dict) -> dict:
+    from .coverage import coverage
+
     return coverage(store)
 
 
@@ -70,4 +74,8 @@ READ_REQUESTS = {"requests", "coverage"}
 def stores_first(store: Store, name: str) -> bool:
     """Whether the query, run on this store opened for writing, would store something first: the
     requests tables, lagging the records."""
-    return name in READ_REQUESTS and not requests_current(store)
+    if name not in READ_REQUESTS:
+        return False
+    from .requests import requests_current
+
+    return not requests_current(store)
