@@ -18,7 +18,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from tracejoin.collector.dynamo_sample import DynamoSample
+from tracejoin.cli.demo.dynamo_formats import DynamoSample
 
 VERSION = 1  # bump when the lines change, so cached corpora are rebuilt
 FRONTENDS, PREFILLS, DECODES = 4, 6, 6  # 16 workers

@@ -14,7 +14,7 @@ import duckdb
 import pytest
 
 from tracejoin.collector import bulk, ingest
-from tracejoin.collector.dynamo_sample import DynamoSample
+from tracejoin.cli.demo.dynamo_formats import DynamoSample
 from tracejoin.collector.ingest import Ingester
 from tracejoin.collector.sources import bulk_sql, dynamo_jsonl
 from tracejoin.collector.store import open_store

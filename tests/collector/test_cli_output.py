@@ -5,7 +5,7 @@ from __future__ import annotations
 
 
 from tracejoin.cli import render
-from tracejoin.collector.dynamo_sample import DynamoSample
+from tracejoin.cli.demo.dynamo_formats import DynamoSample
 
 
 def test_progress_bar_only_for_large_inputs_on_a_terminal(tmp_path, monkeypatch):

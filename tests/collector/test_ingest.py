@@ -7,7 +7,7 @@ import shutil
 
 import duckdb
 
-from tracejoin.collector.dynamo_sample import DynamoSample
+from tracejoin.cli.demo.dynamo_formats import DynamoSample
 
 from ..conftest import assert_one_clear_line
 

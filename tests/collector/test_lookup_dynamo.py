@@ -3,7 +3,7 @@ workers), built field for field as Dynamo 1.6.1 writes them by DynamoSample."""
 
 from __future__ import annotations
 
-from tracejoin.collector.dynamo_sample import DynamoSample
+from tracejoin.cli.demo.dynamo_formats import DynamoSample
 
 # Per successful request, as Dynamo 1.6.1 writes them: 7 frontend lines (request received, Selected
 # worker and route request completed per hop, request completed, http response sent), 2 prefill

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tracejoin.collector.dynamo_sample import DynamoSample
+from tracejoin.cli.demo.dynamo_formats import DynamoSample
 
 from ..conftest import assert_one_clear_line
 from .collector_process import query

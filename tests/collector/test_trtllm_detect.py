@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from tracejoin.collector.dynamo_sample import DynamoSample
+from tracejoin.cli.demo.dynamo_formats import DynamoSample
 from tracejoin.collector.ingest import HEAD, _head_lines
 from tracejoin.collector.sources import SOURCES
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import pytest
 
-from tracejoin.collector.dynamo_sample import DynamoSample
+from tracejoin.cli.demo.dynamo_formats import DynamoSample
 from tracejoin.collector.sources import detect, dynamo_jsonl, trtllm_log
 from tracejoin.collector.sources.parsing import Unparseable
 

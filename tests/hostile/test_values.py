@@ -161,7 +161,7 @@ def test_no_value_in_any_field_of_any_format_stops_an_ingest(tj, tmp_path):
     is stored or quarantined, none stops the ingest, and each file is read to its end."""
     import random
 
-    from tracejoin.collector.dynamo_sample import DynamoSample
+    from tracejoin.cli.demo.dynamo_formats import DynamoSample
     from tracejoin.collector.ingest import SNIFF_LINES, Ingester
     from tracejoin.collector.store import open_store
 

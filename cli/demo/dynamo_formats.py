@@ -2,8 +2,8 @@
 the prefill worker's and the decode worker's JSONL stderr, OTLP/JSON spans, and request-trace
 rows, field for field as a real Dynamo 1.6.1 frontend with mocker workers writes them (Dynamo's
 `lib/runtime/src/logging.rs` and `lib/llm/src/http/service/metrics.rs`; docs/integrations/dynamo.md).
-The demo and the tests
-build their data with it.
+Beside trtllm_formats.py, the writers of the formats the simulated TensorRT-LLM deployment writes:
+the tests and the benchmarks build their Dynamo data with it.
 
 A request can be given a client-chosen internal id (the pre-fix collision), a shared
 x-request-id, or a client traceparent, so every case of the id model can be built.
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import orjson
 
-from .times import ns_to_iso
+from tracejoin.collector.times import ns_to_iso
 
 MODEL = "qwen/qwen3-0.6b"
 EXPORT_BATCH = 512  # spans per OTLP export, the batch span processor's default
