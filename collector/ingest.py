@@ -212,7 +212,7 @@ class Ingester:
                     result.errors.append(f"{path}: {e.strerror or e}")
             self._commit(result)
             self._count_requests(result, first_new)
-            self.store.settle_workers(first_new)
+            self.store.settle_workers()
         return result
 
     def ingest_file(self, path: Path, result: IngestResult, *, named: bool = True,

@@ -382,24 +382,30 @@ class Store:
 
     # -- writes --------------------------------------------------------------------------------
 
-    def settle_workers(self, first_record_id: int) -> None:
-        """After storing records from first_record_id on (ingest after its files, the collector after
-        each round of writes): record the roles those records name for worker instances, and settle
-        every worker name again (worker_names)."""
-        self.con.execute(
-            """
-            INSERT OR REPLACE INTO worker_roles
-            SELECT DISTINCT ON (instance_id) instance_id, role FROM (
-                SELECT attrs->>'prefill_worker_id' AS instance_id, 'prefill' AS role FROM records
-                WHERE record_id >= $first AND attrs->>'prefill_worker_id' IS NOT NULL
-                UNION ALL
-                SELECT attrs->>'decode_worker_id', 'decode' FROM records
-                WHERE record_id >= $first AND attrs->>'decode_worker_id' IS NOT NULL
+    def settle_workers(self) -> None:
+        """After storing records (ingest after its files, the collector after each round of writes):
+        record the roles the records stored since the last settling name for worker instances, and
+        settle every worker name again (worker_names). How far it got is kept in the same
+        transaction, so records a killed run stored are settled by the next."""
+        with transaction(self.con):
+            row = self.con.execute("SELECT value FROM meta WHERE key = 'workers_settled_to'").fetchone()
+            first = int(row[0]) + 1 if row else 0
+            self.con.execute(
+                """
+                INSERT OR REPLACE INTO worker_roles
+                SELECT DISTINCT ON (instance_id) instance_id, role FROM (
+                    SELECT attrs->>'prefill_worker_id' AS instance_id, 'prefill' AS role FROM records
+                    WHERE record_id >= $first AND attrs->>'prefill_worker_id' IS NOT NULL
+                    UNION ALL
+                    SELECT attrs->>'decode_worker_id', 'decode' FROM records
+                    WHERE record_id >= $first AND attrs->>'decode_worker_id' IS NOT NULL
+                )
+                """,
+                {"first": first},
             )
-            """,
-            {"first": first_record_id},
-        )
-        self._settle_worker_names(first_record_id)
+            self._settle_worker_names(first)
+            self.con.execute("INSERT OR REPLACE INTO meta SELECT 'workers_settled_to', "
+                             "CAST(coalesce(max(record_id), 0) AS VARCHAR) FROM records")
 
     def _settle_worker_names(self, first_record_id: int) -> None:
         self.con.execute(NEW_WORKER_NAMES, {"first": first_record_id})

@@ -179,7 +179,7 @@ class Writer:
             self.records_stored += stored
             # As `ingest` does after its files: the roles the entry server names for workers, and
             # every worker name settled again.
-            self.store.settle_workers(first_record_id)
+            self.store.settle_workers()
         self._prune_received()
 
     def _commit_bodies(self, group: list[_Work]) -> None:

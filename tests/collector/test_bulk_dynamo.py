@@ -219,3 +219,65 @@ def test_python_classes_read_in_duckdb_as_in_python():
         got = con.execute(f"SELECT list(c ORDER BY c) FROM (SELECT unnest(?) AS c) WHERE regexp_matches(c, '{pattern}')",
                           [chars]).fetchone()[0]
         assert got == expected, cls
+
+
+# A child that ingests with small stages, so one run holds many bulk transactions.
+_INGEST_IN_SMALL_STAGES = """
+import sys
+from tracejoin.collector import bulk, ingest
+bulk.CHUNK_BYTES = 20_000
+ingest.BULK_BATCH_RECORDS = 300
+from tracejoin.cli.__main__ import run
+sys.argv = ["trace-join", "ingest", "--db", sys.argv[1], *sys.argv[2:]]
+run()
+"""
+
+
+def test_kill_9_at_any_moment_of_a_bulk_ingest_loses_and_repeats_nothing(tmp_path, monkeypatch):
+    """Each stage is written in one transaction with the positions its files reach: killed at any
+    moment and run again, the bulk ingest ends with the store reading every line once gives."""
+    import signal
+    import subprocess
+
+    sample = DynamoSample()
+    for i in range(400):
+        sample.add(offset_ms=i * 5, x_request_id=f"x-{i}")
+    files = sample.write(tmp_path / "logs")
+    paths = [str(files[name]) for name in ("frontend", "prefill", "decode")]
+    db = tmp_path / "bulk.duckdb"
+    argv = [sys.executable, "-c", _INGEST_IN_SMALL_STAGES, str(db), *paths]
+    rng = random.Random(3)
+    wait_s, committed_at_kills = 0.8, []
+    for _ in range(10):
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            proc.wait(timeout=rng.uniform(0.5, 1.5) * wait_s)
+            break
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+        with duckdb.connect(str(db), read_only=True) as con:
+            committed = con.execute("SELECT count(*) FROM records").fetchone()[0]
+        committed_at_kills.append(committed)
+        if committed == 0:
+            wait_s *= 1.5  # killed before its first commit: let the next run go further
+    assert subprocess.run(argv, capture_output=True, timeout=120).returncode == 0
+    with monkeypatch.context() as m:
+        m.setattr(dynamo_jsonl, "BULK", None)
+        with open_store(tmp_path / "lines.duckdb") as store:
+            Ingester(store).ingest_paths(paths)
+    by_line = stored(tmp_path / "lines.duckdb")
+    assert any(0 < n < len(by_line["records"]) for n in committed_at_kills), committed_at_kills
+    # Record ids are numbered anew by each run: records are compared by where they were read.
+    assert by_position(db) == by_position(tmp_path / "lines.duckdb")
+
+
+def by_position(db) -> dict[str, list[tuple]]:
+    with duckdb.connect(str(db), read_only=True) as con:
+        return {
+            "records": con.execute('SELECT * EXCLUDE (record_id) FROM records ORDER BY origin_id, "offset", seq').fetchall(),
+            "record_ids": con.execute('SELECT r.origin_id, r."offset", r.seq, i.kind, i.value, i.scope FROM record_ids i '
+                                      "JOIN records r USING (record_id) ORDER BY ALL").fetchall(),
+            "quarantine": con.execute(TABLES["quarantine"]).fetchall(),
+            "worker_names": con.execute(TABLES["worker_names"]).fetchall(),
+        }
