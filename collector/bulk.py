@@ -8,7 +8,8 @@ adds). Ingest then reads its files through a BulkReader:
    an Arrow string array over the bytes read, a line to a value, without a copy. The pieces of
    many files are staged together, until ingest reads the stage (at FLUSH_BYTES or its batch's
    lines: a query costs tens of milliseconds to plan, however little it reads, so stages are large).
-2. stage: the module's `select` reads every staged line in one query; its `ok` says that a row
+2. stage: the module's `select` reads every staged line in one query, into the temporary table
+   bulk_stage (DuckDB's memory, within its budget); its `ok` says that a row
    is the line's record, read exactly as the LineParser would read the line.
 3. the parser's lines: the lines the SQL does not read (not `ok`, or not given to it: not UTF-8,
    over the length limit, an unfinished last line), the lines that may change what the parser

@@ -467,7 +467,7 @@ class BulkRows:
 
     records: str  # SQL: the records, with every column of the table
     ids: str  # SQL: their ids
-    tables: dict[str, pa.Table]  # the Arrow tables the SQL reads, by the names it reads them
+    tables: dict[str, pa.Table]  # the Arrow tables the SQL reads (beside the stage, bulk_stage), by their names
     first_record_id: int  # of its rows and the batch's records
     batch_record_ids: list[int]  # the record id of each of the batch's own records
     records_by_source: dict[str, int]  # the records of its own rows, by source
