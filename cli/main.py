@@ -71,18 +71,19 @@ def _query(db: Optional[str], name: str, **params):
 
     from tracejoin.collector.service import remote
     from tracejoin.collector.queries import run_query, stores_first
-    from tracejoin.collector.store import StoreError, StoreLocked, default_db_path, open_store
+    from tracejoin.collector.store import StoreError, StoreLocked, default_db_path, open_store, store_errors_named
 
     try:
-        with open_store(db, read_only=True) as store:
-            if not stores_first(store, name):
-                return run_query(store, name, params)
-        try:
-            with open_store(db) as store:
-                return run_query(store, name, params)
-        except StoreError:  # held by another reader, or not ours to write: build them for this query
+        with store_errors_named(Path(db or default_db_path())):
             with open_store(db, read_only=True) as store:
-                return run_query(store, name, params)
+                if not stores_first(store, name):
+                    return run_query(store, name, params)
+            try:
+                with open_store(db) as store:
+                    return run_query(store, name, params)
+            except StoreError:  # held by another reader, or not ours to write: build them for this query
+                with open_store(db, read_only=True) as store:
+                    return run_query(store, name, params)
     except StoreLocked:
         pass
     except StoreError as e:

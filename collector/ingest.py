@@ -22,7 +22,7 @@ from typing import Callable, Iterator
 from . import bulk, sources
 from .lines import MAX_LINE, iter_lines, read_line, read_pieces
 from .records import BatchBuilder
-from .store import BulkRows, Origin, Store, disk_full_named
+from .store import BulkRows, Origin, Store, store_errors_named
 
 HEAD = 4096  # bytes hashed to recognize a file
 _OWN_FILES = (".duckdb", ".duckdb.wal", ".collector.json")  # a store (and its collector's files) kept next to the logs
@@ -199,11 +199,11 @@ class Ingester:
         self._aliases: dict[str, str] = {}  # other names of workers, learned since the last commit
 
     def ingest_paths(self, paths: list[str]) -> IngestResult:
-        """Read the files, many small ones into one transaction. StoreFull when the disk fills up:
-        what was committed until then stays, with each file's position, and the same call goes on
-        from there."""
+        """Read the files, many small ones into one transaction. StoreFull when the disk fills up,
+        OutOfMemory when DuckDB's memory budget runs out: what was committed until then stays, with
+        each file's position, and the same call goes on from there."""
         result = IngestResult()
-        with disk_full_named(self.store.path):
+        with store_errors_named(self.store.path):
             first_new = self.store.allocate_record_ids(0)
             for path, named in expand_paths(paths, result.errors):
                 try:
@@ -220,7 +220,7 @@ class Ingester:
         """Read the file from where its origin stopped, and commit what was read. `max_bytes`:
         stop after the batch that passes this many bytes (the collector's writer takes turns);
         True when it stopped early."""
-        with disk_full_named(self.store.path):
+        with store_errors_named(self.store.path):
             more = self._read_file(path, result, named=named, max_bytes=max_bytes)
             self._commit(result)
         return more

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import id_index
-from .duckdb_engine import connect, duckdb, transaction, with_arrow
+from .duckdb_engine import connect, duckdb, memory_limit, transaction, with_arrow
 
 if TYPE_CHECKING:  # read commands never import Arrow
     import pyarrow as pa
@@ -185,12 +185,23 @@ class StoreFull(StoreError):
     position with it: the same command, run again once there is room, goes on from there."""
 
 
+class OutOfMemory(StoreError):
+    """DuckDB's memory budget (TRACEJOIN_MEMORY_LIMIT) ran out. Everything committed before is
+    kept: the same command, run again with a larger budget, goes on from there."""
+
+
 @contextmanager
-def disk_full_named(path: Path) -> Iterator[None]:
-    """A write's DuckDB error, as StoreFull when the disk is full: DuckDB names that only inside
-    an IO, transaction or fatal error (`Could not write file …: No space left on device`)."""
+def store_errors_named(path: Path) -> Iterator[None]:
+    """A write's DuckDB error, as StoreFull when the disk is full (DuckDB names that only inside an
+    IO, transaction or fatal error: `Could not write file …: No space left on device`), and as
+    OutOfMemory, naming the setting, when DuckDB's memory budget ran out."""
     try:
         yield
+    except duckdb.OutOfMemoryException as e:
+        raise OutOfMemory(
+            f"DuckDB ran out of its memory budget, TRACEJOIN_MEMORY_LIMIT={memory_limit()} ({str(e).splitlines()[0]}): "
+            f"run the same command again with a larger one (TRACEJOIN_MEMORY_LIMIT=1GB); what was stored before is "
+            f"kept and it goes on from there") from None
     except duckdb.Error as e:
         if "No space left on device" not in str(e):
             raise
@@ -222,7 +233,8 @@ def open_store(path: str | os.PathLike | None = None, *, read_only: bool = False
     if not read_only:
         with_arrow()  # writers register their batches as Arrow tables
     try:
-        con = connect(path, read_only=read_only)
+        with store_errors_named(path):
+            con = connect(path, read_only=read_only)
     except duckdb.IOException as e:
         msg = str(e).splitlines()[0]
         if "lock" in msg.lower():
@@ -231,7 +243,8 @@ def open_store(path: str | os.PathLike | None = None, *, read_only: bool = False
     except duckdb.Error as e:
         raise StoreError(f"cannot open {path} as a DuckDB database: {str(e).splitlines()[0]}") from None
     store = Store(con, path, read_only=read_only)
-    store._check_or_create_schema(read_only)
+    with store_errors_named(path):
+        store._check_or_create_schema(read_only)
     return store
 
 

@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 from ..duckdb_engine import duckdb
 from ..records import BatchBuilder, Record, Unstorable
-from ..store import Origin, Store, disk_full_named
+from ..store import Origin, Store, store_errors_named
 
 QUEUE_RECORDS = 50_000  # records waiting to be written, at most (one bigger body may wait alone)
 BATCH_RECORDS = 5_000  # records taken into one round of commits
@@ -148,7 +148,7 @@ class Writer:
     def _loop(self) -> None:
         while (taken := self._queue.take(self.batch_records)) is not None:
             try:
-                with disk_full_named(self.store.path):
+                with store_errors_named(self.store.path):
                     self._round(taken)
             except Exception as e:  # noqa: BLE001 - the store failed: its submitters hear of it; go on
                 for work in taken:
