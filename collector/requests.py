@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 
-from .duckdb_engine import threads, transaction
+from .duckdb_engine import duckdb, threads, transaction
 from .graph import SERVING_ROLES
 from .ids import KEY_KINDS, PARENT_SPAN, SCOPED_KINDS, SPAN
 from .store import Store
@@ -205,8 +205,10 @@ FROM summary s LEFT JOIN ids i USING (request_id) LEFT JOIN entry_reply e USING 
 
 MAX_ROUNDS = 50
 # New records built into the stored tables at a time (update_requests): a build of this many, with
-# the requests they reach, fits DuckDB's default memory limit (docs/performance.md, memory).
+# the requests they reach, fits DuckDB's default memory limit while a request's records lie near
+# each other (docs/performance.md, memory); a step that does not fit is halved, down to the least.
 UPDATE_STEP_RECORDS = 500_000
+MIN_STEP_RECORDS = 5_000
 SUMMARY_SLICE_RECORDS = 50_000  # records whose requests are summarized at once
 # Builds of up to this many records (a small ingest, the first update of a large one) run on all of
 # DuckDB's threads; larger ones on one, within the memory budget (_build).
@@ -337,22 +339,29 @@ def update_requests(store: Store, step: int = UPDATE_STEP_RECORDS) -> None:
     if state == (last, naming):
         return
     with threads(con, 1):  # the scope, and writing the tables; _build decides for itself
-        if state is None:  # nothing to go on from: the first step's records, whole
-            through = min(last, step)
-            con.execute(f"CREATE OR REPLACE TEMP TABLE scope_records AS "
-                        f"SELECT record_id FROM records WHERE record_id <= {through}")
-            con.execute(SCOPE)
-            _build(con)
-            _persist(con, whole=True, through=through, naming=naming)
-            state = (through, naming)
         while state != (last, naming):
-            built_through, built_naming = state
-            through = min(last, built_through + step)
-            _scope(con, built_through, through, _renamed_records(con, built_through, built_naming, naming))
-            con.execute(SCOPE)
-            _build(con)
-            _persist(con, whole=False, through=through, naming=naming)
-            state = (through, naming)
+            try:
+                state = _step(con, state, min(last, (state[0] if state else 0) + step), naming)
+            except duckdb.OutOfMemoryException:
+                # The requests a step's records reach did not fit DuckDB's budget (they grow with
+                # how far apart a request's records were written): fewer records a step.
+                if step <= MIN_STEP_RECORDS:
+                    raise
+                step = max(MIN_STEP_RECORDS, step // 2)
+
+
+def _step(con, state: tuple[int, dict] | None, through: int, naming: dict) -> tuple[int, dict]:
+    """Build the requests the records up to `through` reach, and store them; the new state."""
+    if state is None:  # nothing to go on from: the first step's records, whole
+        con.execute(f"CREATE OR REPLACE TEMP TABLE scope_records AS "
+                    f"SELECT record_id FROM records WHERE record_id <= {through}")
+    else:
+        built_through, built_naming = state
+        _scope(con, built_through, through, _renamed_records(con, built_through, built_naming, naming))
+    con.execute(SCOPE)
+    _build(con)
+    _persist(con, whole=state is None, through=through, naming=naming)
+    return through, naming
 
 
 def persist_requests(store: Store) -> None:

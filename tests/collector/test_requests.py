@@ -146,6 +146,38 @@ def test_requests_updated_as_records_arrive_are_those_of_one_build(tmp_path, mon
                 assert len(whole[1]) >= 10 and any(row for row in whole[1] if row[-3])  # requests, a collided one
 
 
+def test_a_step_beyond_the_memory_budget_is_halved_and_ends_as_one_build(tmp_path, monkeypatch):
+    """A step whose requests do not fit DuckDB's memory budget is built again in halves, until
+    they fit. DuckDB's out-of-memory error is raised here for any build of over 40 records (a real
+    one needs a store of millions of records, as the lookup benchmark's, at the default budget)."""
+    from tracejoin.collector import requests
+    from tracejoin.collector.duckdb_engine import duckdb
+    from tracejoin.collector.ingest import Ingester
+    from tracejoin.collector.store import open_store
+
+    build, builds = requests._build, []
+
+    def within_a_budget(con):
+        scope = con.execute("SELECT count(*) FROM scope_records").fetchone()[0]
+        builds.append(scope)
+        if scope > 40:
+            raise duckdb.OutOfMemoryException("Out of Memory Error: failed to pin block of size 256.0 KiB")
+        build(con)
+
+    monkeypatch.setattr(requests, "MIN_STEP_RECORDS", 1)
+    tables = ("SELECT * FROM request_records ORDER BY record_id", "SELECT * FROM requests ORDER BY request_id")
+    with open_store(tmp_path / "store.duckdb") as store:
+        Ingester(store).ingest_paths([str(p) for p in _mixed_sources(tmp_path / "logs")])
+        with monkeypatch.context() as m:
+            m.setattr(requests, "_build", within_a_budget)
+            requests.update_requests(store, step=64)
+        halved = [store.con.execute(q).fetchall() for q in tables]
+        requests.persist_requests(store)
+        whole = [store.con.execute(q).fetchall() for q in tables]
+    assert builds[0] > 40 and max(builds[1:]) < builds[0]  # the first step failed and was halved
+    assert halved == whole
+
+
 def test_reads_use_the_stored_tables_when_up_to_date_and_build_otherwise(tmp_path):
     # `requests` and `coverage` read the stored tables instead of building every request again
     # (minutes on a large store): on a store open for writing they bring them up to date first;
