@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .id_index import carriers_sql
 from .ids import KEY_KINDS, PARENT_SPAN, SCOPED_KINDS, SPAN
 
 SERVING_ROLES = {"router", "frontend", "proxy", "agg", "ctx", "gen", "prefill", "decode", "worker"}
@@ -105,11 +106,8 @@ class IdGraph:
             found = [r for (r,) in self.con.execute(_found_query(len(chunk)), chunk).fetchall()]
             if not found:
                 continue
-            marks = ",".join("?" * len(chunk))
-            # The value is checked after the records' ids are read: see id_index.carriers_sql.
-            for record_id, kind, value, scope in _by_ranges(
-                    self.con, f"SELECT * FROM (SELECT record_id, kind, value, scope FROM record_ids WHERE {{}} OFFSET 0) "
-                              f"WHERE value IN ({marks})", found, chunk):
+            carriers = carriers_sql("{}", ",".join("?" * len(chunk)))
+            for record_id, kind, value, scope in _by_ranges(self.con, carriers, found, chunk):
                 self._rows[value].append((record_id, kind, self._aliases.get(scope, scope)))
 
     def load(self, record_ids) -> None:
@@ -313,7 +311,7 @@ def _by_ranges(con, select: str, record_ids: list[int], parameters: list = ()) -
         else:
             ranges.append([r, r])
     if len(ranges) > _MANY_RANGES:
-        sql = select.format(f"record_id IN ({','.join(map(str, sorted(record_ids)))})")
+        sql = select.format(f"record_id IN ({','.join(map(str, record_ids))})")
         return con.execute(sql, list(parameters)).fetchall()
     sql = " UNION ALL ".join(f"({select.format(f'record_id BETWEEN {int(lo)} AND {int(hi)}')})" for lo, hi in ranges)
     wanted = set(record_ids)

@@ -49,21 +49,21 @@ CREATE TABLE IF NOT EXISTS id_runs (
 
 
 
-def carriers_sql(found: str, values: str) -> str:
+def carriers_sql(records: str, values: str) -> str:
     """SQL for the ids (record_id, kind, value, scope) whose value is one of `values` (SQL: a value
-    or a list of them) among those of the records `found` (SQL giving the record ids the index
-    finds by the values' keys).
+    or a list of them) among those of the records `records` picks (SQL: a condition on record_id,
+    naming the records the index finds by the values' keys).
 
     The few record ids read one row group of record_ids each; a filter on the value would have
     DuckDB read every row group instead, were it pushed into that scan, so `OFFSET 0` keeps it out."""
     return (f"SELECT * FROM (SELECT record_id, kind, value, scope FROM record_ids "
-            f"WHERE record_id IN ({found}) OFFSET 0) WHERE value IN ({values})")
+            f"WHERE {records} OFFSET 0) WHERE value IN ({values})")
 
 
 # Defined once: it reads whatever `id_index` holds when it runs. The ids of one value, for SQL
 # written by hand (the dashboards); graph.py asks for many values at a time, the same way.
 CARRIERS_MACRO = ("CREATE OR REPLACE MACRO id_carriers(v) AS TABLE "
-                  + carriers_sql("SELECT record_id FROM id_index WHERE key = hash(v)", "v"))
+                  + carriers_sql("record_id IN (SELECT record_id FROM id_index WHERE key = hash(v))", "v"))
 
 
 def create(con: duckdb.DuckDBPyConnection) -> None:
