@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import random
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -48,3 +50,31 @@ def assert_one_clear_line(run: Run) -> None:
     lines = [ln for ln in run.err.splitlines() if ln.strip()]
     assert len(lines) == 1, run.err
     assert lines[0].startswith("trace-join: "), lines[0]
+
+
+def kill_9_at_random_moments(argv: list[str], db: Path, *, seed: int, kills: int, wait_s: float) -> list[int]:
+    """Run `argv`, an ingest into `db`, killing it with SIGKILL at random moments around `wait_s`
+    into each run, up to `kills` times (a run killed before its first commit lets the next go
+    further), then once to its end, which must succeed. The records stored at each kill."""
+    import duckdb
+
+    rng = random.Random(seed)
+    committed_at_kills = []
+    for _ in range(kills):
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        try:
+            proc.wait(timeout=rng.uniform(0.5, 1.5) * wait_s)
+            break  # it finished before the kill
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+        committed = 0
+        if db.exists():
+            with duckdb.connect(str(db), read_only=True) as con:
+                committed = con.execute("SELECT count(*) FROM records").fetchone()[0]
+        committed_at_kills.append(committed)
+        if committed == 0:
+            wait_s *= 1.5
+    last = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert last.returncode == 0, last.stderr
+    return committed_at_kills

@@ -19,6 +19,8 @@ from tracejoin.collector.ingest import Ingester
 from tracejoin.collector.sources import bulk_sql, dynamo_jsonl
 from tracejoin.collector.store import open_store
 
+from ..conftest import kill_9_at_random_moments
+
 # Every table ingest writes, with the columns that say when rather than what left out.
 TABLES = {
     "records": "SELECT * FROM records ORDER BY record_id",
@@ -236,9 +238,6 @@ run()
 def test_kill_9_at_any_moment_of_a_bulk_ingest_loses_and_repeats_nothing(tmp_path, monkeypatch):
     """Each stage is written in one transaction with the positions its files reach: killed at any
     moment and run again, the bulk ingest ends with the store reading every line once gives."""
-    import signal
-    import subprocess
-
     sample = DynamoSample()
     for i in range(400):
         sample.add(offset_ms=i * 5, x_request_id=f"x-{i}")
@@ -246,22 +245,7 @@ def test_kill_9_at_any_moment_of_a_bulk_ingest_loses_and_repeats_nothing(tmp_pat
     paths = [str(files[name]) for name in ("frontend", "prefill", "decode")]
     db = tmp_path / "bulk.duckdb"
     argv = [sys.executable, "-c", _INGEST_IN_SMALL_STAGES, str(db), *paths]
-    rng = random.Random(3)
-    wait_s, committed_at_kills = 0.8, []
-    for _ in range(10):
-        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        try:
-            proc.wait(timeout=rng.uniform(0.5, 1.5) * wait_s)
-            break
-        except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGKILL)
-            proc.wait()
-        with duckdb.connect(str(db), read_only=True) as con:
-            committed = con.execute("SELECT count(*) FROM records").fetchone()[0]
-        committed_at_kills.append(committed)
-        if committed == 0:
-            wait_s *= 1.5  # killed before its first commit: let the next run go further
-    assert subprocess.run(argv, capture_output=True, timeout=120).returncode == 0
+    committed_at_kills = kill_9_at_random_moments(argv, db, seed=3, kills=10, wait_s=0.8)
     with monkeypatch.context() as m:
         m.setattr(dynamo_jsonl, "BULK", None)
         with open_store(tmp_path / "lines.duckdb") as store:

@@ -71,16 +71,21 @@ def test_ids_are_found_in_the_tail_in_runs_and_after_merges(db, monkeypatch):
         assert carriers(store, "no-such-id") == []
 
 
+def drop_id_index(con) -> None:
+    """This release's id index gone: its runs, its view and its tail."""
+    for (run,) in con.execute("SELECT run FROM id_runs").fetchall():
+        con.execute(f"DROP TABLE id_run_{run}")
+    con.execute("DROP VIEW id_index")
+    con.execute("DROP TABLE id_tail")
+
+
 def make_schema_1(path) -> list[str]:
     """A store as trace-join wrote it before the id index: an ART index on record_ids.value."""
     with open_store(path) as store:
         internal_ids = write_requests(store, batches=3, per_batch=100)
         con = store.con
-        for (run,) in con.execute("SELECT run FROM id_runs").fetchall():
-            con.execute(f"DROP TABLE id_run_{run}")
+        drop_id_index(con)
         con.execute("DROP MACRO TABLE id_carriers")
-        con.execute("DROP VIEW id_index")
-        con.execute("DROP TABLE id_tail")
         con.execute("DROP TABLE id_runs")
         con.execute("DELETE FROM meta WHERE key = 'id_key_check'")
         con.execute("CREATE INDEX record_ids_value ON record_ids (value)")
@@ -108,11 +113,8 @@ def test_a_schema_3_store_is_reindexed_without_values_by_opening_it_for_writing(
     with open_store(db) as store:
         internal_ids = write_requests(store, batches=3, per_batch=100)
         con = store.con
-        for (run,) in con.execute("SELECT run FROM id_runs").fetchall():
-            con.execute(f"DROP TABLE id_run_{run}")
+        drop_id_index(con)
         con.execute("DELETE FROM id_runs")
-        con.execute("DROP VIEW id_index")
-        con.execute("DROP TABLE id_tail")
         con.execute("CREATE TABLE id_tail AS SELECT hash(value) AS key, record_id, kind, value, scope FROM record_ids")
         con.execute("CREATE VIEW id_index AS SELECT * FROM id_tail")
         con.execute("CREATE OR REPLACE MACRO id_carriers(v) AS TABLE "

@@ -4,14 +4,14 @@ the last commit left each file. (Its speed, per file and flat as the store grows
 
 from __future__ import annotations
 
-import random
-import signal
 import subprocess
 import sys
 
 import orjson
 
 from tests.collector.collector_process import query
+
+from ..conftest import kill_9_at_random_moments
 
 FILES = 2000
 LINES_PER_FILE = 40  # 80,000 records: ingest commits every 20,000, so a run holds several commits
@@ -27,23 +27,7 @@ def test_kill_9_at_any_moment_of_an_ingest_of_many_files_loses_and_repeats_nothi
             "event": "request.start", "role": "router", "worker": f"gw-{i}:8000",
             "internal_id": f"req-{i}-{n}", "x_request_id": f"xr-{i}"}) + b"\n" for n in range(LINES_PER_FILE)))
     argv = [sys.executable, "-m", "tracejoin.cli", "ingest", "--db", str(db), str(logs)]
-    rng = random.Random(5)
-    wait_s, committed_at_kills = 1.0, []
-    for _ in range(12):
-        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        try:
-            proc.wait(timeout=rng.uniform(0.5, 1.5) * wait_s)
-            break  # it finished before the kill
-        except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGKILL)
-            proc.wait()
-        committed = query(db, "SELECT count(*) FROM records")[0][0] if db.exists() else 0
-        committed_at_kills.append(committed)
-        if committed == 0:
-            wait_s *= 1.5  # killed before its first commit: let the next run go further
-    else:
-        proc = subprocess.run(argv, capture_output=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr.read().decode() if hasattr(proc.stderr, "read") else proc.stderr
+    committed_at_kills = kill_9_at_random_moments(argv, db, seed=5, kills=12, wait_s=1.0)
     # Some kill came after a commit and before the end: between two transactions, or in one.
     assert any(0 < n < FILES * LINES_PER_FILE for n in committed_at_kills), committed_at_kills
 
