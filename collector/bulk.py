@@ -13,12 +13,12 @@ adds). Ingest then reads its files through a BulkReader:
    is the line's record, read exactly as the LineParser would read the line.
 3. the parser's lines: the lines the SQL does not read (not `ok`, or not given to it: not UTF-8,
    over the length limit, an unfinished last line), the lines that may change what the parser
-   knows of its file (those holding one of its `state_markers()`), the line before each of
-   those (so that what the parser carries from line to line, such as the last time seen, is
-   what the line before left) and each piece's last line (for the next piece) go through the
-   module's LineParser, file by file in line order, as ingest reads any line (lines.read_line):
-   their records, quarantine reasons and positions, and a held-back last line, are the per-line
-   path's own. The parser's `scope` after each of them is given to the SQL of the lines between.
+   knows of its file (those holding one of its `state_markers()`) and each piece's last line
+   (for the next piece) go through the module's LineParser, file by file in line order, as
+   ingest reads any line (lines.read_line): their records, quarantine reasons and positions,
+   and a held-back last line, are the per-line path's own. What the parser carries from line to
+   line is kept so: before each of them it is told the time the lines before left (the stage's
+   `carried`), and its `scope` after each of them is given to the SQL of the lines between.
 4. write: the stage's records and the parser's, numbered in line order, with their ids (the
    module's `ids`), in one transaction with the positions the files reach (Store.write_batch).
 
@@ -37,6 +37,7 @@ from itertools import accumulate
 from typing import Callable
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from .duckdb_engine import duckdb
 from .lines import read_line
@@ -57,6 +58,7 @@ class _File:
     path: str
     source: str
     rules: Rules
+    settings: dict[str, str]  # the parser's values for the select's `{name}`s
     origin: Origin
     parser: object
     max_line: int
@@ -123,14 +125,16 @@ class BulkReader:
         self.lines = 0
         self._macros_on = None
 
-    def takes(self, rules: Rules) -> bool:
-        """Whether lines read by these rules can join the stage (one source's rules to a stage)."""
-        return not self._pieces or self._pieces[0].file.rules is rules
+    def takes(self, rules: Rules, settings: dict[str, str]) -> bool:
+        """Whether lines read by these rules can join the stage (one source's rules and settings
+        to a stage)."""
+        return not self._pieces or (self._pieces[0].file.rules is rules and self._pieces[0].file.settings == settings)
 
-    def open(self, path: str, source: str, rules: Rules, origin: Origin, parser, max_line: int) -> _File:
+    def open(self, path: str, source: str, rules: Rules, settings: dict[str, str], origin: Origin, parser,
+             max_line: int) -> _File:
         """A file to read from its origin's position on."""
         self._heads.setdefault(origin.head_len, set()).add(origin.fingerprint)
-        return _File(path, source, rules, origin, parser, max_line, origin.lines, origin.consumed)
+        return _File(path, source, rules, settings, origin, parser, max_line, origin.lines, origin.consumed)
 
     def add(self, file: _File, offset: int, data: bytes | None, length: int, terminated: bool,
             cut_short: str | None) -> None:
@@ -164,8 +168,7 @@ class BulkReader:
         if self._macros_on is not con:
             con.execute(MACROS)
             self._macros_on = con
-        rules = pieces[0].file.rules
-        not_ok = _stage(con, rules, pieces)
+        unread, carried = _stage(con, pieces)
         batch = BatchBuilder()
         first_record_id = self.store.allocate_record_ids(0)
         held_back: list[str] = []
@@ -174,7 +177,8 @@ class BulkReader:
         for k, piece in enumerate(pieces):
             file = piece.file
             batch.reading(file.source, file.origin)
-            read = _by_parser(k, piece, sorted(set(not_ok.get(k, ())).union(piece.unsent)), batch, held_back)
+            read = _by_parser(k, piece, sorted(set(unread.get(k, ())).union(piece.unsent)), carried.get(k),
+                              batch, held_back)
             first = self.store.allocate_record_ids(read.records)
             parser_record_ids += [first + n for n in read.parser_records]
             taken_rows += read.taken
@@ -191,7 +195,7 @@ class BulkReader:
             "bulk_scopes": _table(scope_rows, f=pa.int32(), idx=pa.int32(), scope=pa.string()),
         }
         rows = BulkRows(records=f"SELECT {_RECORD_COLUMNS} FROM ({_STORED})",
-                        ids=rules.ids.replace("{records}", f"({_STORED_WITH_SCOPE})"),
+                        ids=pieces[0].file.rules.ids.replace("{records}", f"({_STORED_WITH_SCOPE})"),
                         tables=tables, first_record_id=first_record_id, batch_record_ids=parser_record_ids,
                         records_by_source=records_by_source)
         return Staged(batch, rows, held_back)
@@ -252,36 +256,48 @@ def _not_utf8(data: bytes, starts: list[int]) -> list[int]:
     return bad
 
 
-def _stage(con, rules: Rules, pieces: list[_Piece]) -> dict[int, list[int]]:
+def _stage(con, pieces: list[_Piece]) -> tuple[dict[int, list[int]], dict[int, pa.ChunkedArray]]:
     """The module's select over the staged lines, as the temporary table bulk_stage (within
     DuckDB's memory budget, spilled to disk beyond it, where an Arrow table would add a stage's
-    size to the peak), and the lines of each piece it does not read."""
-    batches = []
+    size to the peak); the lines of each piece it does not read, and its `carried` times."""
+    batches, first_row, rows = [], {}, 0
     for k, piece in enumerate(pieces):
         if piece.data is None:
             continue
         n = piece.lines
+        first_row[k] = rows
+        rows += n
         offsets = pa.py_buffer(array("i", piece.starts))
         line = pa.Array.from_buffers(pa.string(), n, [None, offsets, pa.py_buffer(piece.sent or piece.data)])
         start = pa.Array.from_buffers(pa.int32(), n, [None, offsets])
         batch = pa.RecordBatch.from_arrays(
             [pa.repeat(pa.scalar(k, pa.int32()), n), pa.array(range(n), pa.int32()), start, line], schema=_LINES_SCHEMA)
         batches += [batch.slice(i, SCAN_ROWS) for i in range(0, n, SCAN_ROWS)]
+    file = pieces[0].file
+    select = file.rules.select
+    for name, value in file.settings.items():
+        select = select.replace("{" + name + "}", value)
     con.register("bulk_lines", pa.Table.from_batches(batches, _LINES_SCHEMA))
     # The rows carry their place (f, idx), so they may come in any order: on every thread.
     con.execute("SET preserve_insertion_order = false")
     try:
         try:
-            con.execute(f"CREATE OR REPLACE TEMP TABLE bulk_stage AS {rules.select.replace('{lines}', 'bulk_lines')}")
+            con.execute(f"CREATE OR REPLACE TEMP TABLE bulk_stage AS {select.replace('{lines}', 'bulk_lines')}")
         except (duckdb.InvalidInputException, duckdb.ConversionException):
             # Text DuckDB cannot read after all: the parser reads every line of the stage.
-            con.execute("CREATE OR REPLACE TEMP TABLE bulk_stage AS "
-                        + rules.select.replace("{lines}", "(FROM bulk_lines LIMIT 0)"))
-            return {k: list(range(piece.lines)) for k, piece in enumerate(pieces)}
+            con.execute("CREATE OR REPLACE TEMP TABLE bulk_stage AS " + select.replace("{lines}", "(FROM bulk_lines LIMIT 0)"))
+            return {k: list(range(piece.lines)) for k, piece in enumerate(pieces)}, {}
     finally:
         con.execute("RESET preserve_insertion_order")
         con.unregister("bulk_lines")
-    return dict(con.execute("SELECT f, list(idx) FROM bulk_stage WHERE NOT ok GROUP BY f").fetchall())
+    stage = con.sql("SELECT ok, carried FROM bulk_stage ORDER BY f, idx").to_arrow_table()
+    keys, starts = list(first_row), list(first_row.values())
+    unread: dict[int, list[int]] = {}
+    for row in pc.indices_nonzero(pc.invert(stage["ok"])).to_pylist():
+        k = keys[bisect_right(starts, row) - 1]
+        unread.setdefault(k, []).append(row - first_row[k])
+    carried = {k: stage["carried"].slice(row, pieces[k].lines) for k, row in first_row.items()}
+    return unread, carried
 
 
 @dataclass
@@ -294,7 +310,8 @@ class _Read:
     scopes: list[tuple]  # (piece, line, the parser's scope from the next line on)
 
 
-def _by_parser(k: int, piece: _Piece, unread: list[int], batch: BatchBuilder, held_back: list[str]) -> _Read:
+def _by_parser(k: int, piece: _Piece, unread: list[int], carried: pa.ChunkedArray | None, batch: BatchBuilder,
+               held_back: list[str]) -> _Read:
     """The piece's lines the parser must read (the module doc's step 3), read in line order."""
     file, parser = piece.file, piece.file.parser
     n = piece.lines
@@ -310,22 +327,24 @@ def _by_parser(k: int, piece: _Piece, unread: list[int], batch: BatchBuilder, he
             line = min(line, markers.after(last))
         if line >= n:
             break
-        for i in range(max(line - 1, last + 1), line + 1):
-            offset, text, length, terminated = piece.line(i)
-            before = batch.record_count
-            line_no = file.line_no + i + 1
-            if read_line(batch, parser, file.path, line_no, offset, text, length, terminated, piece.cut_short,
-                         file.max_line) is not None:
-                held_back.append(f"{file.path}:{line_no} (byte {offset})")
-                read.lines = i
-                break
-            got = batch.record_count - before
-            read.parser_records += range(i + shift, i + shift + got)
-            shift += got - 1
-            read.taken.append((k, i, shift))
-            last = i
-            if parser.scope != read.scopes[-1][2]:
-                read.scopes.append((k, i, parser.scope))
+        time_ns = carried[line].as_py() if carried is not None else None
+        if time_ns is not None:
+            parser.carry(time_ns)
+        offset, text, length, terminated = piece.line(line)
+        before = batch.record_count
+        line_no = file.line_no + line + 1
+        if read_line(batch, parser, file.path, line_no, offset, text, length, terminated, piece.cut_short,
+                     file.max_line) is not None:
+            held_back.append(f"{file.path}:{line_no} (byte {offset})")
+            read.lines = line
+            break
+        got = batch.record_count - before
+        read.parser_records += range(line + shift, line + shift + got)
+        shift += got - 1
+        read.taken.append((k, line, shift))
+        last = line
+        if parser.scope != read.scopes[-1][2]:
+            read.scopes.append((k, line, parser.scope))
     read.records = read.lines + shift
     read.stage_records = read.lines - len(read.taken)
     return read

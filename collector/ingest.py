@@ -254,8 +254,9 @@ class Ingester:
             else:
                 f.seek(origin.consumed)
             parser = self._parser(module, path, origin)
-            if getattr(module, "BULK", None) is not None:
-                return self._read_in_bulk(f, path, origin, module, parser, result, max_bytes)
+            settings = _bulk_settings(module, parser)
+            if settings is not None:
+                return self._read_in_bulk(f, path, origin, module, parser, settings, result, max_bytes)
             return self._read(f, path, origin, module, parser, result, max_bytes)
 
     def _parser(self, module, path: Path, origin: Origin):
@@ -312,13 +313,14 @@ class Ingester:
         self._cut_short(f, path, consumed, result)
         return False
 
-    def _read_in_bulk(self, f, path: Path, origin: Origin, module, parser, result: IngestResult,
-                      max_bytes: int | None) -> bool:
+    def _read_in_bulk(self, f, path: Path, origin: Origin, module, parser, settings: dict[str, str],
+                      result: IngestResult, max_bytes: int | None) -> bool:
         """Stage the file's lines for bulk.py, which reads them with the module's BULK rules, and
         read the stage whenever it is full."""
-        if len(self._batch) or not self._bulk.takes(module.BULK):
+        if len(self._batch) or not self._bulk.takes(module.BULK, settings):
             self._commit(result)  # what was read before comes first, in record order
-        file = self._bulk.open(str(path), module.NAME, module.BULK, origin, parser, getattr(module, "MAX_LINE", MAX_LINE))
+        file = self._bulk.open(str(path), module.NAME, module.BULK, settings, origin, parser,
+                               getattr(module, "MAX_LINE", MAX_LINE))
         start = origin.consumed
         for offset, data, length, terminated in read_pieces(f, origin.consumed, file.max_line, bulk.CHUNK_BYTES):
             self._bulk.add(file, offset, data, length, terminated, getattr(f, "cut_short", None))
@@ -388,6 +390,14 @@ class Ingester:
         ).fetchall()
         for source, n in rows:
             result.by_source.setdefault(source, SourceSummary()).requests = n
+
+
+def _bulk_settings(module, parser) -> dict[str, str] | None:
+    """The values of the module's BULK select for this file's parser; None when the file is read
+    line by line (the module has no BULK, or the parser says its file cannot be read so)."""
+    if getattr(module, "BULK", None) is None:
+        return None
+    return parser.bulk_settings() if hasattr(parser, "bulk_settings") else {}
 
 
 def _skip(f, n: int) -> None:

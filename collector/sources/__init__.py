@@ -19,8 +19,11 @@ A module provides:
     BULK: bulk_sql.Rules (optional)              the same reading as SQL over a stage of lines,
                                                  which collector/bulk.py runs; its LineParser
                                                  then also has .scope (the worker its engine ids
-                                                 belong to) and .state_markers() (texts a line
-                                                 must hold to change what it knows of its file)
+                                                 belong to), .state_markers() (texts a line
+                                                 must hold to change what it knows of its file),
+                                                 .carry(time_ns) (the time the lines before
+                                                 left) and optionally .bulk_settings() (values
+                                                 for the SQL, or None: read line by line)
 
 docs/contributing.md walks through adding a format.
 """

@@ -16,7 +16,12 @@ class Rules:
         byte offset in it, and its text with its newline) giving one row per line: its f, idx
         and start, `ok` (the row is the line's record, as the LineParser would read it), the
         records' columns (records.RECORDS_SCHEMA but record_id, source, origin_id, offset and
-        seq), and whatever `ids` reads.
+        seq), `carried` and whatever `ids` reads. `carried` is the time the lines before it in
+        its piece leave to a line without a time of its own, where the SQL knows it (the parser
+        is told it, with its `carry`, before it reads the line); NULL where the parser knows it
+        itself: no line before in the piece has a time, or the last one that may is one the
+        parser reads. The select may name settings of the file's parser, `{name}`, which its
+        `bulk_settings()` gives.
     ids: a SELECT over `{records}` (the rows stored, with their `record_id` and `scope`, the
         parser's scope where it would have read the line) giving each record's ids as
         record_id, kind, value, scope: those Record.add_id and records.py's span edges give.
@@ -48,6 +53,7 @@ _WRITTEN_OTHERWISE = "|".join([
     r"[\[,]\[",
 ])
 MACROS = f"""
+CREATE OR REPLACE TEMP MACRO _when(condition, text) AS CASE WHEN condition THEN text ELSE '' END;
 CREATE OR REPLACE TEMP MACRO read_as_orjson(line, keys, written) AS
     NOT regexp_matches(line, '{_TRAILING_COMMA}')
     AND len(keys) = len(list_distinct(keys))
@@ -62,17 +68,22 @@ def re2(pattern: re.Pattern) -> str:
     classes are written out. A final `$` also matches before a last newline in Python."""
     if not pattern.flags & re.ASCII and re.search(r"\\[ds]", pattern.pattern):
         raise ValueError(f"{pattern.pattern!r}: \\d and \\s read alike in DuckDB only with re.ASCII")
-    text, out, i = pattern.pattern, [], 0
+    text, out, i, in_class = pattern.pattern, [], 0, False
     while i < len(text):
         ch = text[i]
         if ch == "\\":
-            out.append(_RE2_CLASSES.get(text[i + 1], text[i:i + 2]))
+            written = _RE2_CLASSES.get(text[i + 1])
+            out.append(text[i:i + 2] if written is None else written if in_class else f"[{written}]")
             i += 2
             continue
-        out.append("\\n?$" if ch == "$" and i == len(text) - 1 else ch)
+        # inside [...] a class is written without its brackets (a class whose first member is ]
+        # is not read so: no pattern here has one)
+        in_class = ch == "[" or (in_class and ch != "]")
+        out.append("\\n?$" if ch == "$" and i == len(text) - 1 and not in_class else ch)
         i += 1
     return "".join(out).replace("'", "''")
 
 
-# Python's ASCII classes as RE2 reads them (tests/collector/test_bulk_dynamo.py checks every code point).
-_RE2_CLASSES = {"d": "[0-9]", "s": r"[\t\n\x0b\f\r ]"}
+# Python's ASCII classes as RE2 reads them, as members of a class (tests/collector/test_bulk_dynamo.py
+# checks every code point).
+_RE2_CLASSES = {"d": "0-9", "s": r"\t\n\x0b\f\r "}

@@ -39,6 +39,7 @@ import re
 from datetime import datetime, timedelta, timezone, tzinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from . import bulk_sql
 from ..ids import CTX_REQUEST_ID, DISAGG_REQUEST_ID, ENGINE_REQUEST_ID
 from ..records import Record
 from .parsing import Unparseable, worker_from_path
@@ -48,22 +49,28 @@ NAME = "trtllm_log"
 WORKER_FROM_USER = True
 TZ_VARIABLE = "TRACEJOIN_TRTLLM_TZ"
 
+# Digits and spaces are ASCII ones (re.ASCII): what launchers and loggers write, and what DuckDB's
+# patterns read alike (the lines read in bulk, below).
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
-_LAUNCHER_LABEL = re.compile(r"^(?:\s*\d+: |\[\d+,\d+\]<std(?:out|err)>:)")
-_STAMP = re.compile(r"^\[(\d\d)/(\d\d)/(\d{4})-(\d\d):(\d\d):(\d\d)\] ?")
-_PYTHON_TAG = re.compile(r"^\[TRT-LLM\] ?(?:\[(?:RANK|MPI_Rank) (\d+)\] ?)?(?:\[([FEWIV])\] ?)?")
-_CPP_TAG = re.compile(r"^\[TensorRT-LLM\](?:\[([A-Z]+)\])? ?(?:\[(?:RANK|MPI_Rank) (\d+)\] ?)?")
-_STDLIB_LEVEL = re.compile(r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL):\s*")
+_LAUNCHER_LABEL = re.compile(r"^(?:\s*\d+: |\[\d+,\d+\]<std(?:out|err)>:)", re.ASCII)
+_STAMP = re.compile(r"^\[(\d\d)/(\d\d)/(\d{4})-(\d\d):(\d\d):(\d\d)\] ?", re.ASCII)
+_PYTHON_TAG = re.compile(r"^\[TRT-LLM\] ?(?:\[(?:RANK|MPI_Rank) (\d+)\] ?)?(?:\[([FEWIV])\] ?)?", re.ASCII)
+_CPP_TAG = re.compile(r"^\[TensorRT-LLM\](?:\[([A-Z]+)\])? ?(?:\[(?:RANK|MPI_Rank) (\d+)\] ?)?", re.ASCII)
+_STDLIB_LEVEL = re.compile(r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL):\s*", re.ASCII)
 _SEVERITY = {"F": "CRITICAL", "E": "ERROR", "W": "WARNING", "I": "INFO", "V": "DEBUG"}
 _SNIFF = re.compile(r"^\[(?:\d\d/\d\d/\d{4}-\d\d:\d\d:\d\d\] |TRT-LLM\] |TensorRT-LLM\])")
 
 _ENGINE_ID_LINES = re.compile(
-    r"is disconnected, abort (\d+)|Post-processor hook failed for request (\d+)|Failed to abort request (\d+)"
+    r"is disconnected, abort (\d+)|Post-processor hook failed for request (\d+)|Failed to abort request (\d+)",
+    re.ASCII,
 )
-_SENDING = re.compile(r"Sending (?:ServerRole\.)?(\w+) request (\d+|None) to (?:https?://)?([^/\s]+)")
+_SENDING = re.compile(r"Sending (?:ServerRole\.)?(\w+) request (\d+|None) to (?:https?://)?([^/\s]+)", re.ASCII)
 # ServerRole is an IntEnum: Python 3.10 formats it `ServerRole.CONTEXT`, 3.11 and later `0`.
 _CONTEXT_ROLE = ("CONTEXT", "0")
-_NO_DISAGG_PARAMS = re.compile(r"disaggregated_params is not set in the response for request (\d+)")
+_NO_DISAGG_PARAMS = re.compile(r"disaggregated_params is not set in the response for request (\d+)", re.ASCII)
+# Texts a line holds when it may show the file is the disaggregated server's (ESC: a terminal
+# color may cut the words apart).
+_ROUTER_MARKERS = (b"Sending", b"\x1b")
 
 
 def sniff(path: str, head: list[bytes]) -> bool:
@@ -82,6 +89,26 @@ class LineParser:
         self._zone, self._zone_error = _zone_from_environment()
         self._last_time_ns: int | None = None
         self._stamp_cache: tuple[str, int] | None = None  # lines come many to a second
+
+    @property
+    def scope(self) -> str:
+        """The worker engine ids read now belong to: the file's process."""
+        return self.worker
+
+    def state_markers(self) -> tuple[bytes, ...]:
+        """Texts of which a line must hold one to change what the parser knows of its file."""
+        return () if self.role == "router" else _ROUTER_MARKERS
+
+    def carry(self, time_ns: int) -> None:
+        """The time the lines before left, for a line without its own (collector/bulk.py)."""
+        self._last_time_ns = time_ns
+
+    def bulk_settings(self) -> dict[str, str] | None:
+        """The zone's offset for BULK's select; None for a zone that follows daylight saving (or
+        cannot be read), whose lines are read one by one."""
+        if self._zone_error or not isinstance(self._zone, timezone):
+            return None
+        return {"offset_s": str(int(self._zone.utcoffset(None).total_seconds()))}
 
     def parse(self, line: bytes) -> list[Record]:
         try:
@@ -165,3 +192,102 @@ def _zone_from_environment() -> tuple[tzinfo | None, str | None]:
         return ZoneInfo(value), None
     except (ZoneInfoNotFoundError, ValueError, OSError):
         return None, f"{TZ_VARIABLE}={value!r} is neither an offset like +02:00 nor a zone name like Europe/Berlin"
+
+
+# -- the same lines in bulk (collector/bulk.py) ----------------------------------------------------
+# LineParser.parse's rules over a batch of lines in DuckDB. `ok` leaves to the parser: blank lines,
+# NUL bytes, a time it may refuse (not a date, or outside 1678-2261: 64-bit nanoseconds), a rank
+# too long for 64 bits, a server name that is not plain ASCII (JSON may write it otherwise), and a
+# line without a time whose time the SQL does not know (the last line before it in its piece
+# that may give one is the parser's, or there is none). tests/collector/test_bulk_trtllm_log.py
+# holds the two ways to each other.
+
+_SEVERITY_SQL = " ".join(f"WHEN '{letter}' THEN '{level}'" for letter, level in _SEVERITY.items())
+# Patterns whose groups are read by name are put in a group of their own: the first name is the
+# whole match. A pattern is matched only against text holding the words it needs (_when), which
+# is most of the select's time saved.
+# A line the parser reads, whose time the SQL does not know.
+_PARSERS = "-9223372036854775808"
+_SELECT = f"""
+WITH stripped AS (
+    SELECT f, idx, start, raw,
+        regexp_replace(CASE WHEN contains(raw, chr(27)) THEN regexp_replace(raw, '{bulk_sql.re2(_ANSI)}', '', 'g') ELSE raw END,
+                       '{bulk_sql.re2(_LAUNCHER_LABEL)}', '') AS t
+    FROM (SELECT f, idx, start, rtrim(line, chr(13) || chr(10)) AS raw FROM {{lines}})
+), stamped AS (
+    SELECT *, regexp_extract(t, '{bulk_sql.re2(_STAMP)}', 0) AS stamp FROM stripped
+), timed AS (
+    SELECT *, substr(t, length(stamp) + 1) AS after_stamp,
+        CASE WHEN stamp <> '' AND substr(stamp, 8, 4) BETWEEN '1678' AND '2261'
+             THEN epoch_ns(try_strptime(substr(stamp, 2, 19), '%m/%d/%Y-%H:%M:%S')) - {{offset_s}}::BIGINT * 1000000000 END AS own_time
+    FROM stamped
+), tagged AS (
+    SELECT *,
+        regexp_extract(_when(starts_with(after_stamp, '[TRT-LLM]'), after_stamp),
+                       '({bulk_sql.re2(_PYTHON_TAG)})', ['tag', 'rank', 'letter']) AS py,
+        regexp_extract(_when(starts_with(after_stamp, '[TensorRT-LLM]'), after_stamp),
+                       '({bulk_sql.re2(_CPP_TAG)})', ['tag', 'level', 'rank']) AS cpp,
+        regexp_extract(_when(contains(left(after_stamp, 9), ':'), after_stamp),
+                       '({bulk_sql.re2(_STDLIB_LEVEL)})', ['tag', 'level']) AS std
+    FROM timed
+), read AS (
+    SELECT f, idx, start, raw, stamp, own_time,
+        CASE WHEN py.tag <> '' THEN CASE py.letter {_SEVERITY_SQL} END
+             WHEN cpp.tag <> '' THEN nullif(cpp.level, '')
+             WHEN std.tag <> '' THEN std.level END AS level,
+        CASE WHEN py.tag <> '' THEN nullif(py.rank, '') WHEN cpp.tag <> '' THEN nullif(cpp.rank, '') END AS rank,
+        CASE WHEN py.tag <> '' THEN 'TRT-LLM' WHEN cpp.tag <> '' THEN 'TensorRT-LLM' END AS logger,
+        substr(after_stamp, length(CASE WHEN py.tag <> '' THEN py.tag WHEN cpp.tag <> '' THEN cpp.tag ELSE std.tag END) + 1)
+            AS message
+    FROM tagged
+), ided AS (
+    SELECT *,
+        regexp_extract(_when(contains(message, 'abort ') OR contains(message, 'Post-processor hook failed'), message),
+                       '({bulk_sql.re2(_ENGINE_ID_LINES)})', ['all', 'a', 'b', 'c']) AS engine,
+        regexp_extract(_when(contains(message, 'Sending '), message),
+                       '({bulk_sql.re2(_SENDING)})', ['all', 'role', 'id', 'server']) AS sending,
+        nullif(regexp_extract(_when(contains(message, 'disaggregated_params is not set'), message),
+                              '{bulk_sql.re2(_NO_DISAGG_PARAMS)}', 1), '') AS disagg_id
+    FROM read
+), checked AS (
+    SELECT *, sending.all <> '' AND upper(sending.role) IN ('CONTEXT', '0') AS to_ctx,
+        -- lines the parser stores nothing of, and which leave its time as it was
+        contains(raw, chr(0)) OR trim(raw, ' ' || chr(9) || chr(10) || chr(11) || chr(12) || chr(13)) = '' AS unstored
+    FROM ided
+), own AS (
+    SELECT *, NOT unstored AND (stamp = '' OR own_time IS NOT NULL) AND coalesce(length(rank) <= 18, true)
+        AND (sending.all = '' OR regexp_matches(sending.server, '^[!-~]+$')) AS own_ok
+    FROM checked
+), carrying AS (
+    SELECT *, last_value(CASE WHEN unstored THEN NULL WHEN NOT own_ok THEN {_PARSERS} WHEN stamp <> '' THEN own_time END
+                         IGNORE NULLS)
+        OVER (PARTITION BY f ORDER BY idx ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS before
+    FROM own
+)
+SELECT f, idx, start,
+    own_ok AND (stamp <> '' OR coalesce(before <> {_PARSERS}, false)) AS ok,
+    nullif(before, {_PARSERS}) AS carried,
+    CASE WHEN stamp <> '' THEN own_time ELSE nullif(before, {_PARSERS}) END AS time_ns,
+    NULL::DOUBLE AS steady_s, 'log' AS kind, NULL::VARCHAR AS worker, NULL::VARCHAR AS role, level,
+    left(message, 2000) AS name, NULL::BIGINT AS duration_ns, NULL::VARCHAR AS status, false AS entry,
+    NULL::VARCHAR AS trace_id, NULL::VARCHAR AS span_id, NULL::VARCHAR AS parent_span_id,
+    nullif(json_merge_patch('{{}}', json_object(
+        'rank', TRY_CAST(rank AS BIGINT), 'logger', logger,
+        'ctx_server', CASE WHEN to_ctx THEN sending.server END,
+        'gen_server', CASE WHEN sending.all <> '' AND NOT to_ctx THEN sending.server END))::VARCHAR, '{{}}') AS attrs,
+    coalesce(nullif(engine.a, ''), nullif(engine.b, ''), nullif(engine.c, '')) AS engine_id,
+    CASE WHEN sending.all <> '' AND sending.id <> 'None' THEN sending.id END AS ctx_id,
+    CASE WHEN to_ctx THEN sending.server END AS ctx_scope, disagg_id
+FROM carrying
+"""
+_IDS = f"""
+SELECT DISTINCT record_id, i.kind, i.value, i.scope FROM (
+    SELECT record_id, unnest([
+        {{'kind': '{ENGINE_REQUEST_ID}', 'value': engine_id, 'scope': scope}},
+        {{'kind': '{CTX_REQUEST_ID}', 'value': ctx_id, 'scope': ctx_scope}},
+        {{'kind': '{DISAGG_REQUEST_ID}', 'value': disagg_id, 'scope': NULL::VARCHAR}}]) AS i
+    FROM {{records}} WHERE engine_id IS NOT NULL OR ctx_id IS NOT NULL OR disagg_id IS NOT NULL
+) WHERE i.value IS NOT NULL
+"""
+
+BULK = bulk_sql.Rules(select=_SELECT, ids=_IDS)

@@ -13,24 +13,13 @@ import sys
 import duckdb
 import pytest
 
-from tracejoin.collector import bulk, ingest
 from tracejoin.cli.demo.dynamo_formats import DynamoSample
 from tracejoin.collector.ingest import Ingester
 from tracejoin.collector.sources import bulk_sql, dynamo_jsonl
 from tracejoin.collector.store import open_store
 
 from ..conftest import kill_9_at_random_moments
-
-# Every table ingest writes, with the columns that say when rather than what left out.
-TABLES = {
-    "records": "SELECT * FROM records ORDER BY record_id",
-    "record_ids": "SELECT * FROM record_ids ORDER BY ALL",
-    "id_index": "SELECT * FROM id_index ORDER BY ALL",
-    "quarantine": "SELECT * FROM quarantine ORDER BY ALL",
-    "origins": "SELECT * EXCLUDE (updated) FROM origins ORDER BY ALL",
-    "worker_aliases": "SELECT * FROM worker_aliases ORDER BY ALL",
-    "worker_names": "SELECT * FROM worker_names ORDER BY ALL",
-}
+from .bulk_alike import assert_same, by_position, ingest_both_ways, stored
 
 UUID = "0b7e5a2c-3f41-4d2e-9c1a-7f00e2d4b6a1"
 
@@ -129,34 +118,9 @@ def mutated_files(folder, seed: int, share: float) -> list[str]:
     return files
 
 
-def stored(db) -> dict[str, list[tuple]]:
-    with duckdb.connect(str(db), read_only=True) as con:
-        return {table: con.execute(sql).fetchall() for table, sql in TABLES.items()}
-
-
-def ingest_both_ways(tmp_path, files: list[str], monkeypatch, *, small: bool) -> tuple[dict, dict]:
-    """The files ingested in bulk (cut into many pieces and stages when `small`) and line by line."""
-    with monkeypatch.context() as m:
-        if small:
-            m.setattr(bulk, "CHUNK_BYTES", 700)
-            m.setattr(ingest, "FLUSH_BYTES", 3000)
-        with open_store(tmp_path / "bulk.duckdb") as store:
-            Ingester(store, batch_records=40 if small else None).ingest_paths(files)
-    with monkeypatch.context() as m:
-        m.setattr(dynamo_jsonl, "BULK", None)
-        with open_store(tmp_path / "lines.duckdb") as store:
-            Ingester(store).ingest_paths(files)
-    return stored(tmp_path / "bulk.duckdb"), stored(tmp_path / "lines.duckdb")
-
-
-def assert_same(in_bulk: dict, by_line: dict) -> None:
-    for table in TABLES:
-        assert in_bulk[table] == by_line[table], table
-
-
 @pytest.mark.parametrize("small", [False, True], ids=["one stage", "many pieces"])
 def test_the_sample_is_stored_alike(tmp_path, monkeypatch, small):
-    in_bulk, by_line = ingest_both_ways(tmp_path, sample_files(tmp_path / "logs"), monkeypatch, small=small)
+    in_bulk, by_line = ingest_both_ways(tmp_path, sample_files(tmp_path / "logs"), monkeypatch, dynamo_jsonl, small=small)
     assert len(by_line["records"]) > 50
     assert_same(in_bulk, by_line)
 
@@ -164,7 +128,7 @@ def test_the_sample_is_stored_alike(tmp_path, monkeypatch, small):
 @pytest.mark.parametrize("seed", range(12))
 def test_mutated_lines_are_stored_and_quarantined_alike(tmp_path, monkeypatch, seed):
     files = mutated_files(tmp_path / "logs", seed, share=0.3 if seed % 2 else 0.05)
-    in_bulk, by_line = ingest_both_ways(tmp_path, files, monkeypatch, small=seed % 3 == 0)
+    in_bulk, by_line = ingest_both_ways(tmp_path, files, monkeypatch, dynamo_jsonl, small=seed % 3 == 0)
     assert by_line["quarantine"], "the mutations quarantine some lines"
     assert_same(in_bulk, by_line)
 
@@ -178,7 +142,7 @@ def test_every_kind_of_line_alone_is_stored_alike(tmp_path, monkeypatch):
             lines.append(mutate_key(good[-1], key.encode(), value))
     path = tmp_path / "kinds.jsonl"
     path.write_bytes(b"\n".join(good + lines) + b"\n")
-    in_bulk, by_line = ingest_both_ways(tmp_path, [str(path)], monkeypatch, small=False)
+    in_bulk, by_line = ingest_both_ways(tmp_path, [str(path)], monkeypatch, dynamo_jsonl, small=False)
     assert_same(in_bulk, by_line)
 
 
@@ -208,13 +172,13 @@ def test_a_file_that_grows_is_read_on_alike(tmp_path, monkeypatch):
 
 
 def test_python_classes_read_in_duckdb_as_in_python():
-    r"""bulk_sql.re2 gives DuckDB's regular expressions Python's ASCII `\d` and `\s`, code point by
-    code point, and refuses the Unicode ones, which DuckDB's Unicode tables may read otherwise."""
+    r"""bulk_sql.re2 gives DuckDB's regular expressions Python's ASCII `\d` and `\s`, alone and
+    inside a class, code point by code point, and refuses the Unicode ones, which DuckDB's Unicode tables may read otherwise."""
     with pytest.raises(ValueError):
         bulk_sql.re2(re.compile(r"\d+"))
     con = duckdb.connect()
-    for cls in ("d", "s"):
-        python = re.compile(rf"\{cls}", re.ASCII)
+    for cls in (r"\d", r"\s", r"[^/\s]", r"[x\d]"):
+        python = re.compile(cls, re.ASCII)
         chars = [chr(c) for c in range(sys.maxunicode + 1) if not 0xD800 <= c <= 0xDFFF]
         expected = [c for c in chars if python.fullmatch(c)]
         pattern = "^" + bulk_sql.re2(python) + "$"
@@ -254,14 +218,3 @@ def test_kill_9_at_any_moment_of_a_bulk_ingest_loses_and_repeats_nothing(tmp_pat
     assert any(0 < n < len(by_line["records"]) for n in committed_at_kills), committed_at_kills
     # Record ids are numbered anew by each run: records are compared by where they were read.
     assert by_position(db) == by_position(tmp_path / "lines.duckdb")
-
-
-def by_position(db) -> dict[str, list[tuple]]:
-    with duckdb.connect(str(db), read_only=True) as con:
-        return {
-            "records": con.execute('SELECT * EXCLUDE (record_id) FROM records ORDER BY origin_id, "offset", seq').fetchall(),
-            "record_ids": con.execute('SELECT r.origin_id, r."offset", r.seq, i.kind, i.value, i.scope FROM record_ids i '
-                                      "JOIN records r USING (record_id) ORDER BY ALL").fetchall(),
-            "quarantine": con.execute(TABLES["quarantine"]).fetchall(),
-            "worker_names": con.execute(TABLES["worker_names"]).fetchall(),
-        }

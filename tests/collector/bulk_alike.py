@@ -1,0 +1,59 @@
+"""What the bulk tests share: a source's files ingested in bulk (collector/bulk.py with the
+module's BULK) and line by line (its LineParser alone), and every table of the two stores."""
+
+from __future__ import annotations
+
+import duckdb
+
+from tracejoin.collector import bulk, ingest
+from tracejoin.collector.ingest import Ingester
+from tracejoin.collector.store import open_store
+
+# Every table ingest writes, without the columns that say when rather than what.
+TABLES = {
+    "records": "SELECT * FROM records ORDER BY record_id",
+    "record_ids": "SELECT * FROM record_ids ORDER BY ALL",
+    "id_index": "SELECT * FROM id_index ORDER BY ALL",
+    "quarantine": "SELECT * FROM quarantine ORDER BY ALL",
+    "origins": "SELECT * EXCLUDE (updated) FROM origins ORDER BY ALL",
+    "worker_aliases": "SELECT * FROM worker_aliases ORDER BY ALL",
+    "worker_names": "SELECT * FROM worker_names ORDER BY ALL",
+}
+
+
+def stored(db) -> dict[str, list[tuple]]:
+    with duckdb.connect(str(db), read_only=True) as con:
+        return {table: con.execute(sql).fetchall() for table, sql in TABLES.items()}
+
+
+def ingest_both_ways(tmp_path, files: list[str], monkeypatch, module, *, small: bool) -> tuple[dict, dict]:
+    """The files ingested in bulk (cut into many pieces and stages when `small`) and line by line."""
+    with monkeypatch.context() as m:
+        if small:
+            m.setattr(bulk, "CHUNK_BYTES", 700)
+            m.setattr(ingest, "FLUSH_BYTES", 3000)
+        with open_store(tmp_path / "bulk.duckdb") as store:
+            Ingester(store, batch_records=40 if small else None).ingest_paths(files)
+    with monkeypatch.context() as m:
+        m.setattr(module, "BULK", None)
+        with open_store(tmp_path / "lines.duckdb") as store:
+            Ingester(store).ingest_paths(files)
+    return stored(tmp_path / "bulk.duckdb"), stored(tmp_path / "lines.duckdb")
+
+
+def assert_same(in_bulk: dict, by_line: dict) -> None:
+    for table in TABLES:
+        assert in_bulk[table] == by_line[table], table
+
+
+def by_position(db) -> dict[str, list[tuple]]:
+    """The store's records, ids, quarantine and worker names by where each record was read:
+    record ids are numbered anew by each run."""
+    with duckdb.connect(str(db), read_only=True) as con:
+        return {
+            "records": con.execute('SELECT * EXCLUDE (record_id) FROM records ORDER BY origin_id, "offset", seq').fetchall(),
+            "record_ids": con.execute('SELECT r.origin_id, r."offset", r.seq, i.kind, i.value, i.scope FROM record_ids i '
+                                      "JOIN records r USING (record_id) ORDER BY ALL").fetchall(),
+            "quarantine": con.execute(TABLES["quarantine"]).fetchall(),
+            "worker_names": con.execute(TABLES["worker_names"]).fetchall(),
+        }
