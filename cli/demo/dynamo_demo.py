@@ -98,20 +98,26 @@ def _first_reply(sent: list[Sent], path: str) -> str:
 
 
 def _once_arrived(db: Path, reply: str, out: Path) -> dict:
-    """The lookup, once the request's records are COMPLETE. Records that have not all arrived within
-    ARRIVE_WITHIN_S are a DeploymentError: a lookup printed before then would show the request
-    without the workers whose records are still on their way (a Responses reply only the proxy's)."""
+    """The lookup, once the request's records are COMPLETE and each process has one name (the
+    collector names a worker's spans after its logs once both are in, a moment after storing
+    them). Records that have not all arrived within ARRIVE_WITHIN_S are a DeploymentError: a lookup
+    printed before then would show the request without the workers whose records are still on
+    their way (a Responses reply only the proxy's), or a worker twice under two names."""
     deadline = time.monotonic() + ARRIVE_WITHIN_S
     while True:
         try:
             result = remote.query(db, "lookup", {"id": reply})
         except StoreError as e:
             raise DeploymentError(f"{e}; see {out / 'collector.log'}") from None
-        seen = {(r["role"], r["source"], r["kind"]) for request in result["requests"] for r in request["records"]}
-        if COMPLETE <= seen:
+        records = [r for request in result["requests"] for r in request["records"]]
+        seen = {(r["role"], r["source"], r["kind"]) for r in records}
+        names = {(r["role"], r["worker"]) for r in records if r["role"] in ("prefill", "decode")}
+        if COMPLETE <= seen and len(names) == len({role for role, _ in names}):
             return result
         if time.monotonic() > deadline:
             missing = ", ".join(f"the {role}'s {source} {kind}s" for role, source, kind in sorted(COMPLETE - seen))
+            if not missing:
+                missing = "one name for each worker: " + ", ".join(sorted(f"{role} {worker}" for role, worker in names))
             raise DeploymentError(f"the records of {reply} had not all reached the collector within "
                                   f"{ARRIVE_WITHIN_S} s (still none of {missing}); see {out / 'collector.log'}")
         time.sleep(0.5)
