@@ -17,8 +17,9 @@ adds). Ingest then reads its files through a BulkReader:
    (for the next piece) go through the module's LineParser, file by file in line order, as
    ingest reads any line (lines.read_line): their records, quarantine reasons and positions,
    and a held-back last line, are the per-line path's own. What the parser carries from line to
-   line is kept so: before each of them it is told the time the lines before left (the stage's
-   `carried`), and its `scope` after each of them is given to the SQL of the lines between.
+   line is kept so: before each of them that follows a row of the stage it is told that row's
+   time (the time an untimed line takes), and its `scope` after each of them is given to the SQL
+   of the lines between.
 4. write: the stage's records and the parser's, numbered in line order, with their ids (the
    module's `ids`), in one transaction with the positions the files reach (Store.write_batch).
 
@@ -168,7 +169,7 @@ class BulkReader:
         if self._macros_on is not con:
             con.execute(MACROS)
             self._macros_on = con
-        unread, carried = _stage(con, pieces)
+        unread, times = _stage(con, pieces)
         batch = BatchBuilder()
         first_record_id = self.store.allocate_record_ids(0)
         held_back: list[str] = []
@@ -177,7 +178,7 @@ class BulkReader:
         for k, piece in enumerate(pieces):
             file = piece.file
             batch.reading(file.source, file.origin)
-            read = _by_parser(k, piece, sorted(set(unread.get(k, ())).union(piece.unsent)), carried.get(k),
+            read = _by_parser(k, piece, sorted(set(unread.get(k, ())).union(piece.unsent)), times.get(k),
                               batch, held_back)
             first = self.store.allocate_record_ids(read.records)
             parser_record_ids += [first + n for n in read.parser_records]
@@ -259,7 +260,7 @@ def _not_utf8(data: bytes, starts: list[int]) -> list[int]:
 def _stage(con, pieces: list[_Piece]) -> tuple[dict[int, list[int]], dict[int, pa.ChunkedArray]]:
     """The module's select over the staged lines, as the temporary table bulk_stage (within
     DuckDB's memory budget, spilled to disk beyond it, where an Arrow table would add a stage's
-    size to the peak); the lines of each piece it does not read, and its `carried` times."""
+    size to the peak); the lines of each piece it does not read, and the times of its rows."""
     batches, first_row, rows = [], {}, 0
     for k, piece in enumerate(pieces):
         if piece.data is None:
@@ -290,14 +291,14 @@ def _stage(con, pieces: list[_Piece]) -> tuple[dict[int, list[int]], dict[int, p
     finally:
         con.execute("RESET preserve_insertion_order")
         con.unregister("bulk_lines")
-    stage = con.sql("SELECT ok, carried FROM bulk_stage ORDER BY f, idx").to_arrow_table()
+    stage = con.sql("SELECT ok, time_ns FROM bulk_stage ORDER BY f, idx").to_arrow_table()
     keys, starts = list(first_row), list(first_row.values())
     unread: dict[int, list[int]] = {}
     for row in pc.indices_nonzero(pc.invert(stage["ok"])).to_pylist():
         k = keys[bisect_right(starts, row) - 1]
         unread.setdefault(k, []).append(row - first_row[k])
-    carried = {k: stage["carried"].slice(row, pieces[k].lines) for k, row in first_row.items()}
-    return unread, carried
+    times = {k: stage["time_ns"].slice(row, pieces[k].lines) for k, row in first_row.items()}
+    return unread, times
 
 
 @dataclass
@@ -310,7 +311,7 @@ class _Read:
     scopes: list[tuple]  # (piece, line, the parser's scope from the next line on)
 
 
-def _by_parser(k: int, piece: _Piece, unread: list[int], carried: pa.ChunkedArray | None, batch: BatchBuilder,
+def _by_parser(k: int, piece: _Piece, unread: list[int], times: pa.ChunkedArray | None, batch: BatchBuilder,
                held_back: list[str]) -> _Read:
     """The piece's lines the parser must read (the module doc's step 3), read in line order."""
     file, parser = piece.file, piece.file.parser
@@ -327,9 +328,8 @@ def _by_parser(k: int, piece: _Piece, unread: list[int], carried: pa.ChunkedArra
             line = min(line, markers.after(last))
         if line >= n:
             break
-        time_ns = carried[line].as_py() if carried is not None else None
-        if time_ns is not None:
-            parser.carry(time_ns)
+        if times is not None and last < line - 1:  # the line before is a row of the stage
+            parser.carry(times[line - 1].as_py())
         offset, text, length, terminated = piece.line(line)
         before = batch.record_count
         line_no = file.line_no + line + 1

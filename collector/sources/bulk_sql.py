@@ -16,12 +16,10 @@ class Rules:
         byte offset in it, and its text with its newline) giving one row per line: its f, idx
         and start, `ok` (the row is the line's record, as the LineParser would read it), the
         records' columns (records.RECORDS_SCHEMA but record_id, source, origin_id, offset and
-        seq), `carried` and whatever `ids` reads. `carried` is the time the lines before it in
-        its piece leave to a line without a time of its own, where the SQL knows it (the parser
-        is told it, with its `carry`, before it reads the line); NULL where the parser knows it
-        itself: no line before in the piece has a time, or the last one that may is one the
-        parser reads. The select may name settings of the file's parser, `{name}`, which its
-        `bulk_settings()` gives.
+        seq) and whatever `ids` reads. A line the parser reads after a row of the stage is told
+        that row's time first (its `carry`): what a line leaves to an untimed line after it is
+        its record's time. The select may name settings of the file's parser, `{name}`, which
+        its `bulk_settings()` gives.
     ids: a SELECT over `{records}` (the rows stored, with their `record_id` and `scope`, the
         parser's scope where it would have read the line) giving each record's ids as
         record_id, kind, value, scope: those Record.add_id and records.py's span edges give.

@@ -96,7 +96,7 @@ class LineParser:
             return ()
         return _MARKERS_WITHOUT_WORKER if self.worker is None else _MARKERS
 
-    def carry(self, time_ns: int) -> None:
+    def carry(self, time_ns: int | None) -> None:
         """The time the lines before left, for a line without its own (collector/bulk.py)."""
         self._last_time_ns = time_ns
 
@@ -277,9 +277,7 @@ def _sql_hex(column: str, length: int) -> str:
 
 _INT = "'^-?[0-9]+$'"
 _DECIMAL = "'^-?[0-9]+(\\.[0-9]+)?$'"
-# Every line the SQL reads has a time; the parser reads the others.
 _SELECT = f"""
-SELECT *, lag(CASE WHEN ok THEN time_ns END) OVER (PARTITION BY f ORDER BY idx) AS carried FROM (
 WITH parsed AS (
     SELECT f, idx, start, line, j,
         CASE WHEN j IS NOT NULL THEN json_merge_patch(line, '{_LIFTED_REMOVED}', json_object(
@@ -334,7 +332,6 @@ SELECT f, idx, start,
     t_x_dynamo_request_id AS x_dynamo_request_id, t_x_request_id AS x_request_id,
     coalesce(t_message, '') AS message, error, error_detail
 FROM timed
-)
 """
 
 # Ids found in the text of a line: Request ID and Engine ID map mentions, and any UUID of a line

@@ -99,7 +99,7 @@ class LineParser:
         """Texts of which a line must hold one to change what the parser knows of its file."""
         return () if self.role == "router" else _ROUTER_MARKERS
 
-    def carry(self, time_ns: int) -> None:
+    def carry(self, time_ns: int | None) -> None:
         """The time the lines before left, for a line without its own (collector/bulk.py)."""
         self._last_time_ns = time_ns
 
@@ -266,7 +266,6 @@ WITH stripped AS (
 )
 SELECT f, idx, start,
     own_ok AND (stamp <> '' OR coalesce(before <> {_PARSERS}, false)) AS ok,
-    nullif(before, {_PARSERS}) AS carried,
     CASE WHEN stamp <> '' THEN own_time ELSE nullif(before, {_PARSERS}) END AS time_ns,
     NULL::DOUBLE AS steady_s, 'log' AS kind, NULL::VARCHAR AS worker, NULL::VARCHAR AS role, level,
     left(message, 2000) AS name, NULL::BIGINT AS duration_ns, NULL::VARCHAR AS status, false AS entry,

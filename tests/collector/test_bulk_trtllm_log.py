@@ -122,7 +122,7 @@ def test_the_sample_is_stored_alike(tmp_path, monkeypatch, zone, small):
     files = write(tmp_path / "logs", sample_lines())
     in_bulk, by_line = ingest_both_ways(tmp_path, files, monkeypatch, trtllm_log, small=small)
     assert len(by_line["records"]) == sum(len(lines) for lines in sample_lines().values())
-    assert any(row[0] == "ctx_request_id" or row[1] == "ctx_request_id" for row in by_line["record_ids"])
+    assert any(kind == "ctx_request_id" for _, kind, _, _ in by_line["record_ids"])
     assert_same(in_bulk, by_line)
 
 
