@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 
+from . import record_contract
 from .duckdb_engine import duckdb, threads, transaction
 from .graph import SERVING_ROLES
 from .ids import KEY_KINDS, PARENT_SPAN, SCOPED_KINDS, SPAN
@@ -178,14 +179,10 @@ WITH r AS (
         any_value(e.entry_endpoint) AS endpoint,
         -- The HTTP status the client got: the entry tier's own end record, else any.
         coalesce(
-            max(r.status) FILTER (WHERE r.name IN ('request.end', 'http response sent') AND r.ro = e.entry_role),
-            max(r.status) FILTER (WHERE r.name IN ('request.end', 'http response sent'))) AS http_status,
-        bool_or(upper(coalesce(r.level, '')) IN ('ERROR', 'CRITICAL', 'FATAL') OR r.status = 'error'
-                OR (regexp_matches(coalesce(r.status, ''), '^[0-9]{3}$') AND r.status >= '500')) AS error,
+            max(r.http_status) FILTER (WHERE r.ro = e.entry_role), max(r.http_status)) AS http_status,
+        bool_or(r.failed) AS error,
         bool_or(r.disconnected OR r.status = 'cancelled') AS disconnected,
-        coalesce(
-            max(r.duration_ns) FILTER (WHERE r.entry OR r.name IN ('request.end', 'request completed')) / 1e6,
-            (max(r.time_ns) - min(r.time_ns)) / 1e6) AS duration_ms,
+        coalesce(max(r.request_ms), (max(r.time_ns) - min(r.time_ns)) / 1e6) AS duration_ms,
         coalesce(max(r.ttft_ms), max(r.ttfb_ms)) AS ttft_ms,
         max(r.queue_ms) AS queue_ms,
         max(r.kv_transfer_ms) AS kv_transfer_ms,
@@ -214,17 +211,13 @@ SUMMARY_SLICE_RECORDS = 50_000  # records whose requests are summarized at once
 # DuckDB's threads; larger ones on one, within the memory budget (_build).
 PARALLEL_BUILD_RECORDS = 300_000
 
-# What the build reads of each record: its place in the span tree, and what the summary shows (the
-# attributes it reads, not every record's whole JSON).
-_RECORD_COLUMNS = """
+# What the build reads of each record: its place in the span tree, and the facts the summary shows
+# (record_contract.py), not every record's whole JSON.
+_RECORD_COLUMNS = f"""
     record_id, time_ns, steady_s, entry, kind, name, level, status, duration_ns, source,
     trace_id, span_id, parent_span_id,
-    coalesce(attrs->>'route', attrs->>'uri', attrs->>'url.path') AS route,
-    attrs->>'endpoint' AS endpoint,
-    (attrs->>'disconnected') = 'true' AS disconnected,
-    TRY_CAST(attrs->>'ttft_ms' AS DOUBLE) AS ttft_ms, TRY_CAST(attrs->>'ttfb_ms' AS DOUBLE) AS ttfb_ms,
-    TRY_CAST(attrs->>'queue_ms' AS DOUBLE) AS queue_ms,
-    TRY_CAST(attrs->>'kv_transfer_ms' AS DOUBLE) AS kv_transfer_ms
+    {record_contract.columns("route", "endpoint", "disconnected", "failed", "http_status", "request_ms",
+                             "ttft_ms", "ttfb_ms", "queue_ms", "kv_transfer_ms")}
 """
 # The records and ids the build reads: the whole store, or (update_requests) those of the requests
 # that new records reach. Records are copied once into a temp table of these columns (DuckDB spills

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import id_index
+from . import id_index, record_contract
 from .duckdb_engine import connect, duckdb, memory_limit, transaction, with_arrow
 
 if TYPE_CHECKING:  # read commands never import Arrow
@@ -80,8 +80,8 @@ CREATE TABLE IF NOT EXISTS record_ids (
     scope     VARCHAR
 );
 
--- Roles the entry server names for the workers it used (Dynamo's prefill_worker_id and
--- decode_worker_id), for workers whose own records do not say which role they play.
+-- Roles the entry server names for the workers it used (the records' prefill_worker and
+-- decode_worker facts), for workers whose own records do not say which role they play.
 CREATE TABLE IF NOT EXISTS worker_roles (
     instance_id VARCHAR PRIMARY KEY,
     role        VARCHAR NOT NULL
@@ -136,7 +136,7 @@ CREATE TABLE IF NOT EXISTS quarantine (
     reason    VARCHAR NOT NULL,
     excerpt   VARCHAR
 );
-"""
+""" + record_contract.RECORD_FACTS_VIEW  # what later stages read of a record, under the contract's names
 
 # A name for the store, kept by its copies (service/snapshot.py): a copy of this very store, from before,
 # is a copy of a prefix of it, since records are only ever added.
@@ -407,11 +407,11 @@ class Store:
                 """
                 INSERT OR REPLACE INTO worker_roles
                 SELECT DISTINCT ON (instance_id) instance_id, role FROM (
-                    SELECT attrs->>'prefill_worker_id' AS instance_id, 'prefill' AS role FROM records
-                    WHERE record_id >= $first AND attrs->>'prefill_worker_id' IS NOT NULL
+                    SELECT prefill_worker AS instance_id, 'prefill' AS role FROM record_facts
+                    WHERE record_id >= $first AND prefill_worker IS NOT NULL
                     UNION ALL
-                    SELECT attrs->>'decode_worker_id', 'decode' FROM records
-                    WHERE record_id >= $first AND attrs->>'decode_worker_id' IS NOT NULL
+                    SELECT decode_worker, 'decode' FROM record_facts
+                    WHERE record_id >= $first AND decode_worker IS NOT NULL
                 )
                 """,
                 {"first": first},

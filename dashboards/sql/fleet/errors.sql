@@ -9,13 +9,12 @@ WITH failed AS (
       AND $__timeFilter(make_timestamp(start_ns // 1000))
 ), first_error AS (
     SELECT rr.request_id,
-           first(concat_ws(': ', r.name, r.attrs->>'error_type', r.attrs->>'error_detail')
-                 ORDER BY r.time_ns NULLS LAST, r.record_id) AS first_error
+           first(concat_ws(': ', r.name, rf.error_text) ORDER BY r.time_ns NULLS LAST, r.record_id) AS first_error
     FROM failed f
     JOIN request_records rr USING (request_id)
     JOIN records r USING (record_id)
-    WHERE upper(r.level) IN ('ERROR', 'CRITICAL', 'FATAL') OR r.status IN ('error', 'cancelled')
-       OR TRY_CAST(r.status AS INTEGER) >= 400
+    JOIN record_facts rf USING (record_id)
+    WHERE rf.failed OR r.status = 'cancelled' OR TRY_CAST(r.status AS INTEGER) >= 400
     GROUP BY rr.request_id
 )
 SELECT make_timestamp(f.start_ns // 1000) AS time,

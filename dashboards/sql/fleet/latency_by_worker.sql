@@ -5,18 +5,19 @@
 -- request's); the router's queue is the disaggregated server's dispatch wait.
 WITH served AS (
     -- request_records names each record's worker as settled in its request (collector/requests.py).
-    SELECT rr.request_id, rr.role, rr.worker, r.attrs,
+    SELECT rr.request_id, rr.role, rr.worker, f.*,
            CASE WHEN r.kind <> 'hook' THEN r.duration_ns END AS duration_ns
     FROM requests q
     JOIN request_records rr USING (request_id)
     JOIN records r USING (record_id)
+    JOIN record_facts f USING (record_id)
     WHERE q.names_a_request AND $__timeFilter(make_timestamp(q.start_ns // 1000))
 ), per_worker AS (
     SELECT request_id, role, worker,
-           max(coalesce(TRY_CAST(attrs->>'ttft_ms' AS DOUBLE), TRY_CAST(attrs->>'ttfb_ms' AS DOUBLE))) AS ttft_ms,
-           max(coalesce(TRY_CAST(attrs->>'queue_ms' AS DOUBLE), TRY_CAST(attrs->>'disagg_queue_ms' AS DOUBLE))) AS queue_ms,
-           max(coalesce(TRY_CAST(attrs->>'e2e_ms' AS DOUBLE), duration_ns / 1e6)) AS e2e_ms,
-           max(TRY_CAST(attrs->>'kv_transfer_ms' AS DOUBLE)) AS kv_transfer_ms
+           max(coalesce(ttft_ms, ttfb_ms)) AS ttft_ms,
+           max(coalesce(queue_ms, router_queue_ms)) AS queue_ms,
+           max(coalesce(e2e_ms, duration_ns / 1e6)) AS e2e_ms,
+           max(kv_transfer_ms) AS kv_transfer_ms
     FROM served
     GROUP BY ALL
 )
