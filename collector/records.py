@@ -43,6 +43,7 @@ class Record:
     span_id: str | None = None
     parent_span_id: str | None = None
     attrs: dict | None = None
+    attrs_text: str | None = None  # the attributes already as JSON text (a line kept as written), instead of attrs
     ids: list[tuple[str, str, str | None]] = field(default_factory=list)
 
     def add_id(self, kind: str, value, scope: str | None = None) -> None:
@@ -214,6 +215,8 @@ def storable_attrs(record: Record) -> str | None:
         if value is not None and not _INT64_MIN <= value <= _INT64_MAX:
             raise Unstorable(f"{_WHAT[name]} {value} ns does not fit the store's 64-bit integers"
                              f"{' (it is not between 1677 and 2262)' if name == 'time_ns' else ''}")
+    if record.attrs_text is not None:
+        return record.attrs_text
     if not record.attrs:
         return None
     try:

@@ -20,7 +20,8 @@ Times are steady-clock seconds, not epoch: each record keeps its earliest arriva
 reports (ms): `queue_ms` (arrival → first scheduled), `ttft_ms` (arrival → first token), `e2e_ms`
 (arrival → last token, also the record's duration), `kv_transfer_ms`; a disagg record adds
 `disagg_queue_ms` (arrival → ctx dispatch) and each phase's durations prefixed `ctx_` / `gen_`.
-A missing, null or zero time leaves the durations that need it out.
+A missing, null or zero time leaves the durations that need it out. A record's attributes are its
+line as written, after those durations and `process_start` (stored_attrs).
 
 The legacy `GET /perf_metrics` arrays (perf_metrics_legacy.py) carry the same items without
 `status`; the record builders below serve both.
@@ -32,6 +33,8 @@ import os
 import re
 from collections import Counter
 from datetime import datetime, timezone
+
+import orjson
 
 from ..ids import CTX_REQUEST_ID, DISAGG_REQUEST_ID, ENGINE_REQUEST_ID
 from ..records import Record
@@ -59,11 +62,7 @@ _TIMING_KEYS = (
     "server_arrival_time", "arrival_time", "first_scheduled_time", "first_token_time",
     "server_first_token_time", "last_token_time", "kv_cache_transfer_start", "kv_cache_transfer_end",
 )
-_WORKER_FIELDS = {"request_id", "perf_metrics", "ctx_request_id", "disagg_request_id", "status",
-                  "time_breakdown_metrics"}
 _DISAGG_TIMES = ("disagg_server_arrival_time", "disagg_ctx_dispatch_time", "disagg_server_first_token_time")
-_DISAGG_FIELDS = {"ctx_server", "gen_server", "status", "disagg_request_id", "ctx_perf_metrics",
-                  "gen_perf_metrics", *_DISAGG_TIMES}
 
 
 def sniff(path: str, head: list[bytes]) -> bool:
@@ -91,14 +90,14 @@ class LineParser:
 
     def parse(self, line: bytes) -> list[Record]:
         obj = load_object(line)
+        text = line.strip().decode()
         if is_disagg_record(obj):
-            record = disagg_record(obj, phase_ids_are_engine_ids=False)
+            record = disagg_record(obj, phase_ids_are_engine_ids=False, text=text, process_start=self._process_start)
         else:
-            record = worker_record(obj, self.worker, role=self._kind_role)
+            record = worker_record(obj, self.worker, role=self._kind_role, text=text,
+                                   process_start=self._process_start)
             if self._kind_role is None:
                 self.role = self._votes.vote(infer_worker_role(obj))
-        if self._process_start:
-            record.attrs["process_start"] = self._process_start
         return [record]
 
 
@@ -110,10 +109,12 @@ def is_disagg_record(obj: dict) -> bool:
 
 
 def worker_record(item: dict, worker: str | None, *, role: str | None = None,
-                  ctx_scope: str | None = None) -> Record:
+                  ctx_scope: str | None = None, text: str | None = None,
+                  process_start: str | None = None) -> Record:
     """One worker item. `role` when the caller knows it (else the file decides, see RoleVotes);
     `ctx_scope` scopes its ctx_request_id (only a ctx worker's own items may: the id is that
-    worker's), otherwise the ctx request id is a label."""
+    worker's), otherwise the ctx request id is a label. `text`: the item as written, which the
+    record keeps (stored_attrs)."""
     request_id = field(item, "request_id", (int, str), required=True)
     perf = field(item, "perf_metrics", (dict,), required=True)
     timing = _timing(perf)
@@ -125,12 +126,11 @@ def worker_record(item: dict, worker: str | None, *, role: str | None = None,
     record.add_id(ENGINE_REQUEST_ID, request_id, worker)
     record.add_id(DISAGG_REQUEST_ID, field(item, "disagg_request_id", (int, str)))
     record.add_id(CTX_REQUEST_ID, field(item, "ctx_request_id", (int, str)), ctx_scope)
+    field(item, "time_breakdown_metrics", (dict,))
     durations = phase_durations(timing)
     if "e2e_ms" in durations:
         record.duration_ns = round(durations["e2e_ms"] * 1_000_000)
-    record.attrs = {**durations, **{k: v for k, v in perf.items() if k != "timing_metrics"},
-                    "timing_metrics": timing, **_breakdown(item)}
-    record.attrs.update({k: v for k, v in item.items() if k not in _WORKER_FIELDS})
+    record.attrs_text = stored_attrs(item, text, {**durations, "process_start": process_start})
     return record
 
 
@@ -169,7 +169,8 @@ class RoleVotes:
 # -- disaggregated-server records ------------------------------------------------------------
 
 
-def disagg_record(obj: dict, *, phase_ids_are_engine_ids: bool, worker: str | None = None) -> Record:
+def disagg_record(obj: dict, *, phase_ids_are_engine_ids: bool, worker: str | None = None,
+                  text: str | None = None, process_start: str | None = None) -> Record:
     """One disaggregated-server record. Legacy records (GET /perf_metrics) carry each worker's items as they
     were polled, so a phase's `request_id` is that worker's engine id; after #16668 it is
     the disagg id, or the ctx request id when there is none."""
@@ -181,20 +182,16 @@ def disagg_record(obj: dict, *, phase_ids_are_engine_ids: bool, worker: str | No
     record = Record(kind="perf", name="disagg perf metrics", worker=worker, role="router", entry=True,
                     steady_s=own["disagg_server_arrival_time"], status=field(obj, "status", (str,)))
     record.add_id(DISAGG_REQUEST_ID, disagg_id)
-    attrs = {"ctx_server": ctx_server, "gen_server": gen_server}
     arrival = own["disagg_server_arrival_time"]
-    attrs.update(_durations({"disagg_queue_ms": (arrival, own["disagg_ctx_dispatch_time"]),
-                             "ttft_ms": (arrival, own["disagg_server_first_token_time"])}))
+    computed = _durations({"disagg_queue_ms": (arrival, own["disagg_ctx_dispatch_time"]),
+                           "ttft_ms": (arrival, own["disagg_server_first_token_time"])})
     for phase, item in phases.items():
         if item is None:
             continue
         server = ctx_server if phase == "ctx" else gen_server
         request_id = field(item, "request_id", (int, str))
-        perf = field(item, "perf_metrics", (dict,)) or {}
-        timing = _timing(perf)
-        attrs.update({f"{phase}_{name}": value for name, value in phase_durations(timing).items()})
-        attrs[f"{phase}_request_id"] = request_id
-        attrs[f"{phase}_perf_metrics"] = {**perf, "timing_metrics": timing}
+        timing = _timing(field(item, "perf_metrics", (dict,)) or {})
+        computed.update({f"{phase}_{name}": value for name, value in phase_durations(timing).items()})
         if phase_ids_are_engine_ids:
             record.add_id(ENGINE_REQUEST_ID, request_id, server)
         elif request_id is not None and str(request_id) != str(disagg_id):
@@ -204,13 +201,40 @@ def disagg_record(obj: dict, *, phase_ids_are_engine_ids: bool, worker: str | No
         if phase == "gen":
             # Workers report in the disaggregated server's steady clock, so its arrival and
             # the generation worker's last token measure the whole request.
-            attrs.update(_durations({"e2e_ms": (arrival, timing.get("last_token_time"))}))
-    if "e2e_ms" in attrs:
-        record.duration_ns = round(attrs["e2e_ms"] * 1_000_000)
-    attrs["timing_metrics"] = own
-    attrs.update({k: v for k, v in obj.items() if k not in _DISAGG_FIELDS})
-    record.attrs = attrs
+            computed.update(_durations({"e2e_ms": (arrival, timing.get("last_token_time"))}))
+    if "e2e_ms" in computed:
+        record.duration_ns = round(computed["e2e_ms"] * 1_000_000)
+    record.attrs_text = stored_attrs(obj, text, {**computed, "process_start": process_start})
     return record
+
+
+# -- attributes ------------------------------------------------------------------------------
+
+
+def stored_attrs(item: dict, text: str | None, computed: dict) -> str:
+    """What a record keeps of its item: the item as written (`text`; as orjson writes it when
+    there is none), after the computed attributes (phase durations, the process's start) that the
+    item does not hold itself. Per-iteration step metrics can run to thousands of entries per
+    request: those are kept as counts, with the breakdown's single values."""
+    breakdown = item.get("time_breakdown_metrics")
+    if isinstance(breakdown, dict) and breakdown:
+        item = {**item, "time_breakdown_metrics": _counted(breakdown)}
+        text = None
+    if text is None:
+        text = orjson.dumps(item).decode()
+    front = {key: value for key, value in computed.items() if value is not None and key not in item}
+    if not front:
+        return text
+    head = orjson.dumps(front).decode()
+    return head if not item else f"{head[:-1]},{text[1:]}"
+
+
+def _counted(breakdown: dict) -> dict:
+    out = {k: v for k, v in breakdown.items() if not isinstance(v, (list, dict))}
+    for key in ("step_metrics", "ctx_chunk_metrics"):
+        if isinstance(breakdown.get(key), list):
+            out[key.replace("_metrics", "s")] = len(breakdown[key])
+    return out
 
 
 # -- times -----------------------------------------------------------------------------------
@@ -249,17 +273,3 @@ def _seconds(obj: dict, key: str) -> float | None:
 def _earliest(timing: dict, *keys: str) -> float | None:
     present = [timing[k] for k in keys if timing.get(k) is not None]
     return min(present) if present else None
-
-
-def _breakdown(item: dict) -> dict:
-    """Per-iteration step metrics can run to thousands of entries per request: kept as counts,
-    with the breakdown's single values."""
-    breakdown = field(item, "time_breakdown_metrics", (dict,))
-    if not breakdown:
-        return {}
-    out = {k: v for k, v in breakdown.items() if not isinstance(v, (list, dict))}
-    for key in ("step_metrics", "ctx_chunk_metrics"):
-        if isinstance(breakdown.get(key), list):
-            out[key.replace("_metrics", "s")] = len(breakdown[key])
-    return {"time_breakdown": out}
-

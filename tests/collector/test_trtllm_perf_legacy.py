@@ -17,7 +17,7 @@ import pytest
 from tracejoin.collector.sources import detect, perf_metrics_legacy
 from tracejoin.collector.sources.parsing import Unparseable
 
-from .test_trtllm_perf_metrics import compact, timing, worker_item, write
+from .test_trtllm_perf_metrics import attrs, compact, timing, worker_item, write
 
 CTX_REQUEST_ID = 1099511627799
 
@@ -52,7 +52,7 @@ def test_the_reference_disagg_record_joins_each_worker_by_its_own_engine_id():
         ("engine_request_id", "17", "10.0.0.5:8001"),
         ("engine_request_id", "88", "10.0.0.6:8002"),
     ]
-    assert record.attrs["ctx_kv_transfer_ms"] == 20.0 and record.attrs["gen_queue_ms"] == 30.0
+    assert attrs(record)["ctx_kv_transfer_ms"] == 20.0 and attrs(record)["gen_queue_ms"] == 30.0
     assert "disagg_request_id" not in {kind for kind, _, _ in record.ids}
 
 
@@ -74,7 +74,7 @@ def test_a_pretty_printed_array_is_read_when_it_closes():
     out = [parser.parse(line) for line in lines]
     assert all(r == [] for r in out[:-1])
     assert [r.ids for r in out[-1]] == [[("engine_request_id", "3", "h:8001")], [("engine_request_id", "4", "h:8001")]]
-    assert "ttft_ms" not in out[-1][1].attrs and out[-1][0].attrs["ttft_ms"] == 43.0  # 0 is unset
+    assert "ttft_ms" not in attrs(out[-1][1]) and attrs(out[-1][0])["ttft_ms"] == 43.0  # 0 is unset
     assert parser.role == "agg"
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 
+import orjson
 import pytest
 
 from tracejoin.collector.sources import perf_metrics_jsonl
@@ -113,12 +114,16 @@ def file_name(kind: str, host: str, pid: int) -> str:
 # -- parser ----------------------------------------------------------------------------------
 
 
+def attrs(record) -> dict:
+    return orjson.loads(record.attrs_text)
+
+
 def test_worker_identity_comes_from_the_file_name_split_from_the_right():
     parser = perf_metrics_jsonl.LineParser(f"/x/perf_metrics/{file_name('gen', 'gpu-node-2.dc-1', 4242)}")
     assert parser.worker == "gpu-node-2.dc-1:4242"
     assert parser.role == "gen"
     [record] = parser.parse(worker_line(7, timing(81234.518)))
-    assert record.attrs["process_start"] == "2026-07-22T10:15:00Z"
+    assert attrs(record)["process_start"] == "2026-07-22T10:15:00Z"
     assert ("engine_request_id", "7", "gpu-node-2.dc-1:4242") in record.ids
     assert perf_metrics_jsonl.LineParser(file_name("disagg", "orchestrator-0", 9)).role == "router"
 
@@ -129,22 +134,34 @@ def test_steady_clock_times_become_phase_durations_without_a_wall_time():
     assert record.kind == "perf" and record.name == "perf metrics" and record.status == "complete"
     assert record.time_ns is None
     assert record.steady_s == pytest.approx(81234.512)  # the HTTP arrival, before the engine's
-    assert record.attrs["queue_ms"] == 1.0
-    assert record.attrs["ttft_ms"] == 43.0
-    assert record.attrs["e2e_ms"] == 502.0
-    assert record.attrs["kv_transfer_ms"] == 12.5
+    assert attrs(record)["queue_ms"] == 1.0
+    assert attrs(record)["ttft_ms"] == 43.0
+    assert attrs(record)["e2e_ms"] == 502.0
+    assert attrs(record)["kv_transfer_ms"] == 12.5
     assert record.duration_ns == 502_000_000
-    assert record.attrs["timing_metrics"]["kv_cache_size"] == 4718592
-    assert record.attrs["kv_cache_metrics"]["num_reused_blocks"] == 6
-    assert record.attrs["time_breakdown"] == {"steps": 3}  # step metrics are counted, not stored
+    assert attrs(record)["perf_metrics"]["timing_metrics"]["kv_cache_size"] == 4718592
+    assert attrs(record)["perf_metrics"]["kv_cache_metrics"]["num_reused_blocks"] == 6
+    assert attrs(record)["time_breakdown_metrics"] == {"steps": 3}  # step metrics are counted, not stored
+
+
+def test_a_record_keeps_its_line_as_written_after_the_durations_it_measures():
+    line = (b'{"request_id":9,"perf_metrics":{"timing_metrics":{"arrival_time":23080.566997764,'
+            b'"first_token_time":23080.590851950998,"last_token_time":23080.590851951}},'
+            b'"status":"complete","vendor_field":[1, 2.50]}\n')
+    [record] = perf_metrics_jsonl.LineParser(file_name("ctx", "h", 1)).parse(line)
+    assert record.attrs_text == ('{"ttft_ms":23.854,"e2e_ms":23.854,"process_start":"2026-07-22T10:15:00Z",'
+                                 + line.decode().strip()[1:])
+    # a field of the line's own by a computed name is the line's, once
+    [own] = perf_metrics_jsonl.LineParser(file_name("ctx", "h", 1)).parse(line.replace(b'"status"', b'"ttft_ms":1,"status"'))
+    assert own.attrs_text.count('"ttft_ms"') == 1 and attrs(own)["ttft_ms"] == 1
 
 
 def test_null_and_zero_times_leave_out_only_the_durations_that_need_them():
     t = timing(81234.518, nulls=("first_token_time", "server_arrival_time"))
     t["first_scheduled_time"] = 0  # a legacy server's "unset"
     [record] = perf_metrics_jsonl.LineParser(file_name("gen", "h", 1)).parse(worker_line(1, t))
-    assert "ttft_ms" not in record.attrs and "queue_ms" not in record.attrs
-    assert record.attrs["e2e_ms"] == 502.0
+    assert "ttft_ms" not in attrs(record) and "queue_ms" not in attrs(record)
+    assert attrs(record)["e2e_ms"] == 502.0
     assert record.steady_s == 81234.518
 
 
@@ -162,7 +179,7 @@ def test_disagg_record_phases_carry_the_disagg_id_not_engine_ids():
     assert record.role == "router" and record.name == "disagg perf metrics"
     assert record.ids == [("disagg_request_id", str(DISAGG_A), None)]
     assert record.steady_s == 81234.5
-    a = record.attrs
+    a = attrs(record)
     assert (a["ctx_server"], a["gen_server"]) == ("10.0.0.5:8001", "10.0.0.6:8002")
     assert a["disagg_queue_ms"] == 3.0 and a["ttft_ms"] == 140.0 and a["e2e_ms"] == 900.0
     assert a["ctx_ttft_ms"] == 51.0 and a["ctx_queue_ms"] == 1.0
