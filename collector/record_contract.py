@@ -23,10 +23,9 @@ class Fact:
     meaning: str
 
 
-def _ms(*fields: str) -> str:
-    """The first of the attributes that is a number (or its text), as milliseconds."""
-    reads = [f"TRY_CAST(attrs->>'{f}' AS DOUBLE)" for f in fields]
-    return reads[0] if len(reads) == 1 else f"coalesce({', '.join(reads)})"
+def _ms(field: str) -> str:
+    """The attribute, when it is a number (or its text), as milliseconds."""
+    return f"TRY_CAST(attrs->>'{field}' AS DOUBLE)"
 
 
 # The records with which a tier answered the client: trace-join middleware's `request.end`, Dynamo's
@@ -61,8 +60,8 @@ FACTS = (
     Fact("route", "coalesce(attrs->>'route', attrs->>'uri', attrs->>'url.path')",
          "the HTTP route or path (middleware `route`, Dynamo `uri`, OpenTelemetry `url.path`)"),
     Fact("endpoint", "attrs->>'endpoint'", "the API the request called (Dynamo's `chat_completions`)"),
-    Fact("disconnected", "(attrs->>'disconnected') = 'true'",
-         "the client left before the reply ended (trace-join middleware)"),
+    Fact("disconnected", "(attrs->>'disconnected') = 'true' OR status = 'cancelled'",
+         "the client left before the reply ended (trace-join middleware), or the request was cancelled"),
     Fact("prefill_worker", "attrs->>'prefill_worker_id'",
          "the instance the entry server sent the request's prefill to (Dynamo)"),
     Fact("decode_worker", "attrs->>'decode_worker_id'",

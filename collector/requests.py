@@ -181,7 +181,7 @@ WITH r AS (
         coalesce(
             max(r.http_status) FILTER (WHERE r.ro = e.entry_role), max(r.http_status)) AS http_status,
         bool_or(r.failed) AS error,
-        bool_or(r.disconnected OR r.status = 'cancelled') AS disconnected,
+        bool_or(r.disconnected) AS disconnected,
         coalesce(max(r.request_ms), (max(r.time_ns) - min(r.time_ns)) / 1e6) AS duration_ms,
         coalesce(max(r.ttft_ms), max(r.ttfb_ms)) AS ttft_ms,
         max(r.queue_ms) AS queue_ms,

@@ -126,7 +126,7 @@ def worker_record(item: dict, worker: str | None, *, role: str | None = None,
     record.add_id(ENGINE_REQUEST_ID, request_id, worker)
     record.add_id(DISAGG_REQUEST_ID, field(item, "disagg_request_id", (int, str)))
     record.add_id(CTX_REQUEST_ID, field(item, "ctx_request_id", (int, str)), ctx_scope)
-    field(item, "time_breakdown_metrics", (dict,))
+    field(item, "time_breakdown_metrics", (dict,))  # another type makes the line unparseable
     durations = phase_durations(timing)
     if "e2e_ms" in durations:
         record.duration_ns = round(durations["e2e_ms"] * 1_000_000)
@@ -225,8 +225,7 @@ def stored_attrs(item: dict, text: str | None, computed: dict) -> str:
     front = {key: value for key, value in computed.items() if value is not None and key not in item}
     if not front:
         return text
-    head = orjson.dumps(front).decode()
-    return head if not item else f"{head[:-1]},{text[1:]}"
+    return f"{orjson.dumps(front).decode()[:-1]},{text[1:]}"  # an item is never empty: it has its ids
 
 
 def _counted(breakdown: dict) -> dict:

@@ -37,6 +37,7 @@ def store(tmp_path):
     sample = DynamoSample()
     ok = sample.add()
     failed = sample.add(offset_ms=500, status="error")
+    sample.add(offset_ms=1000, status="cancelled")
     files = sample.write(tmp_path / "dynamo")
     timing = {"arrival_time": 100.0, "first_scheduled_time": 100.004, "first_token_time": 100.05,
               "last_token_time": 100.25, "kv_cache_transfer_start": 100.06, "kv_cache_transfer_end": 100.07}
@@ -74,6 +75,9 @@ def test_dynamo_frontend_fields_are_read_under_the_contract_names(store):
     assert answered["http_status"] == "500" and answered["failed"]
     [gave_up] = _facts(s, f"{_FRONTEND_COMPLETED} AND {_carries(failed.request_id)}")
     assert gave_up["error_text"] == "internal: Failed to generate completions" and gave_up["failed"]
+    assert not gave_up["disconnected"]
+    [cancelled] = _facts(s, f"{_FRONTEND_COMPLETED} AND {_carries(sample.requests[2].request_id)}")
+    assert cancelled["disconnected"]
 
 
 def test_trtllm_perf_metrics_are_read_under_the_contract_names(store):
@@ -100,6 +104,9 @@ def test_the_request_summary_reads_the_facts(store):
         "FROM request_summary WHERE len(internal_ids) = 1").fetchall())
     assert rows[ok.request_id] == ["200", "180.1", "58.21", "false"]  # the http-request span's
     assert rows[failed.request_id][0] == "500" and rows[failed.request_id][3] == "true"
+    disconnected = dict(s.con.execute("SELECT internal_ids[1], disconnected FROM request_summary "
+                                      "WHERE len(internal_ids) = 1").fetchall())
+    assert [disconnected[r.request_id] for r in sample.requests] == [None, None, True]  # None: no record says either
 
 
 def test_the_contributor_page_lists_every_fact():

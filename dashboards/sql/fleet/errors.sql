@@ -14,7 +14,7 @@ WITH failed AS (
     JOIN request_records rr USING (request_id)
     JOIN records r USING (record_id)
     JOIN record_facts rf USING (record_id)
-    WHERE rf.failed OR r.status = 'cancelled' OR TRY_CAST(r.status AS INTEGER) >= 400
+    WHERE rf.failed OR rf.disconnected OR TRY_CAST(r.status AS INTEGER) >= 400
     GROUP BY rr.request_id
 )
 SELECT make_timestamp(f.start_ns // 1000) AS time,
