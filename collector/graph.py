@@ -1,19 +1,18 @@
-"""The id graph: from the records that carry a looked-up id to the whole requests they belong to.
+"""The id graph from one id: the records a looked-up id reaches, grouped into its requests.
 
-Records are joined by keys (docs/id-model.md):
-- a key id (reply id, internal id, disagg request id, engine or ctx request id with its worker)
-  joins every record that carries it;
-- the span tree: records in the same span belong together, and a span's children join the
-  request of their parent when the parent was recorded by a serving process (a client's span is
-  shared by every request it made, so it joins nothing).
-Labels (`x_request_id`, `trace_id`, a bare engine id) only find records; they never join them.
+Which records belong together is one rule, the requests build's (requests.py, docs/id-model.md):
+records are joined by keys (reply id, internal id, disagg request id, engine or ctx request id
+with its worker) and by the span tree (a record's span; a child span joins its parent's request
+when a serving process recorded the parent); labels (`x_request_id`, `trace_id`, a bare engine
+id) only find records; a key carried by requests that started separately is a collision and joins
+records only within a trace where it names one request.
 
-A key carried by two requests that started separately (two entry records in different traces, or
-in one trace but in unrelated spans) is a collision: it joins records only within each trace, and
-records that carry it with nothing else to tell them apart are shown as ambiguous.
-
-The walk is breadth-first over the id index (id_index.py), a few queries per step, so a lookup
-touches only the records of the requests it returns.
+This module finds the records that rule has to see for a lookup: those carrying the looked-up id,
+then every record an edge may lead to from one found (sharing a key, a span, or a serving parent's
+span), until none is left, by a breadth-first walk over the id index, a few queries a step, so a
+lookup touches only the records near the requests it returns. requests.group_records then groups
+them with the edges the whole build uses. Records left apart because the only key they carry
+collided are shown inside the requests that share it (`_place_ambiguous`).
 """
 
 from __future__ import annotations
@@ -21,24 +20,19 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .id_index import carriers_sql
-from .ids import KEY_KINDS, PARENT_SPAN, SCOPED_KINDS, SPAN
+from .ids import KEY_KINDS, PARENT_SPAN, SCOPED_KINDS, SERVING_ROLES, SPAN
+from .requests import group_records
+from .store import Store, by_record_ids
 
-SERVING_ROLES = {"router", "frontend", "proxy", "agg", "ctx", "gen", "prefill", "decode", "worker"}
 _CHUNK = 2000  # values per query
 # Up to this many values, each is looked up on its own (one row group of each id run); more are
 # joined against the whole index in one scan, which costs the same for 10 values as for 2,000.
 _FEW_VALUES = 32
-# A request's records lie in a few stretches of the store, one for each file that logged it: ids
-# nearer than this are read as one range, each range by a query branch of its own, since one IN
-# list spanning the stretches has DuckDB read every row group between its lowest id and its
-# highest. Past _MANY_RANGES branches, one IN list is cheaper again.
-_NEAR = 4096
-_MANY_RANGES = 64
 
 
 # A record's columns as the view record_workers states them (its worker and role settled against
-# the rest of the store, as the requests build sees them); the first eight are the walk's, the rest
-# are read in the same query for lookup to show.
+# the rest of the store); the first eight are the walk's, the rest are read in the same query for
+# lookup to show.
 RECORD_COLUMNS = (
     "record_id", "time_ns", "worker", "role", "entry", "trace_id", "span_id", "parent_span_id",
     "steady_s", "source", "kind", "level", "name", "duration_ns", "status", "attrs", "origin_id", "offset", "seq",
@@ -71,24 +65,16 @@ class Request:
     ambiguous: set[int] = field(default_factory=set)  # shown here and in another request
 
 
-@dataclass
-class Collision:
-    kind: str
-    value: str
-    requests: int
-    ok_traces: set[str]  # traces within which the key still names one request
-
-
 class IdGraph:
-    def __init__(self, con):
-        self.con = con
+    def __init__(self, store: Store):
+        self.store = store
+        self.con = store.con
         self.nodes: dict[int, Node] = {}
         self._rows: dict[str, list[tuple[int, str, str | None]]] = {}  # value -> (record, kind, scope)
-        self._collisions: dict[tuple, Collision | None] = {}
         self.warnings: list[str] = []
         # A scope (the worker an engine id belongs to) under the process's main name, so an engine
         # id named by a perf file (host:pid) and by the middleware (host:port) is one key.
-        self._aliases = dict(con.execute("SELECT alias, worker FROM worker_aliases").fetchall())
+        self._aliases = dict(self.con.execute("SELECT alias, worker FROM worker_aliases").fetchall())
 
     def _warn(self, message: str) -> None:
         if message not in self.warnings:
@@ -106,8 +92,9 @@ class IdGraph:
             found = [r for (r,) in self.con.execute(_found_query(len(chunk)), chunk).fetchall()]
             if not found:
                 continue
-            carriers = carriers_sql("{}", ",".join("?" * len(chunk)))
-            for record_id, kind, value, scope in _by_ranges(self.con, carriers, found, chunk):
+            carriers = by_record_ids(carriers_sql("{}", ",".join("?" * len(chunk))), found)
+            branches = carriers.count("?") // len(chunk)  # each asks for the chunk's values
+            for record_id, kind, value, scope in self.con.execute(carriers, chunk * branches).fetchall():
                 self._rows[value].append((record_id, kind, self._aliases.get(scope, scope)))
 
     def load(self, record_ids) -> None:
@@ -115,10 +102,10 @@ class IdGraph:
         missing = [r for r in set(record_ids) if r not in self.nodes]
         for i in range(0, len(missing), _CHUNK):
             chunk = missing[i:i + _CHUNK]
-            for row in _by_ranges(self.con, f"SELECT {_SELECT_RECORDS} FROM record_workers WHERE {{}}", chunk):
+            for row in self.con.execute(by_record_ids(f"SELECT {_SELECT_RECORDS} FROM record_workers WHERE {{}}", chunk)).fetchall():
                 self.nodes[row[0]] = Node(*row[:8], record=dict(zip(RECORD_COLUMNS, row)))
-            for record_id, kind, value, scope in _by_ranges(
-                    self.con, "SELECT record_id, kind, value, scope FROM record_ids WHERE {}", chunk):
+            for record_id, kind, value, scope in self.con.execute(
+                    by_record_ids("SELECT record_id, kind, value, scope FROM record_ids WHERE {}", chunk)).fetchall():
                 self.nodes[record_id].ids.append((kind, value, self._aliases.get(scope, scope)))
 
     def carriers(self, values, kinds=None) -> list[tuple[int, str]]:
@@ -131,49 +118,17 @@ class IdGraph:
             if (kinds is None and kind not in (SPAN, PARENT_SPAN)) or (kinds is not None and kind in kinds)
         ]
 
-    # -- collisions -----------------------------------------------------------------------------
-
-    def collision(self, key: tuple[str, str, str | None]) -> Collision | None:
-        if key in self._collisions:
-            return self._collisions[key]
-        kind, value, scope = key
-        self.rows_for([value])
-        holders = [r for r, k, s in self._rows[value] if k == kind and s == scope]
-        self.load(holders)
-        # Only entries in a trace can tell requests apart; one without (a perf-metrics row) cannot.
-        entries = [self.nodes[r] for r in holders if self.nodes[r].entry and self.nodes[r].trace_id]
-        clusters = _cluster_entries(entries)
-        result = None
-        if len(clusters) > 1:
-            traces: dict[str | None, int] = {}
-            for cluster in clusters:
-                for trace in {e.trace_id for e in cluster}:
-                    traces[trace] = traces.get(trace, 0) + 1
-            result = Collision(kind, value, len(clusters), {t for t, n in traces.items() if t and n == 1})
-            self._warn(
-                f"collision: {kind} {value} is carried by {len(clusters)} requests that started separately; "
-                f"they are listed apart, not merged"
-            )
-        self._collisions[key] = result
-        return result
-
     # -- the walk -------------------------------------------------------------------------------
 
-    def _neighbors(self, node: Node, ambiguous: set[int]) -> set[int]:
+    def _reach(self, node: Node) -> set[int]:
+        """The records an edge of the id graph may join to this one: those carrying one of its
+        keys, its span, or (when a serving process recorded it, or it is a child of such a span)
+        the span it is the parent or child of."""
         out: set[int] = set()
-        for key in node.keys():
-            kind, value, scope = key
-            holders = [r for r, k, s in self._rows[value] if k == kind and s == scope]
-            collision = self.collision(key)
-            if collision is None:
-                out.update(holders)
-            elif node.trace_id in collision.ok_traces:
-                self.load(holders)
-                out.update(r for r in holders if self.nodes[r].trace_id == node.trace_id)
-            else:
-                ambiguous.add(node.record_id)
-        serving = node.role in SERVING_ROLES
+        for kind, value, scope in node.keys():
+            out.update(r for r, k, s in self._rows[value] if k == kind and s == scope)
         if node.trace_id and node.span_id:
+            serving = node.role in SERVING_ROLES
             for r, kind, _ in self._rows[f"{node.trace_id}/{node.span_id}"]:
                 if kind == SPAN or (kind == PARENT_SPAN and serving):
                     out.add(r)
@@ -183,9 +138,9 @@ class IdGraph:
             out.update(r for r in parents if self.nodes[r].role in SERVING_ROLES)
         return out
 
-    def component(self, start: int, ambiguous: set[int]) -> set[int]:
-        seen = {start}
-        frontier = [start]
+    def _closure(self, seeds: list[int]) -> set[int]:
+        seen = set(seeds)
+        frontier = list(seeds)
         while frontier:
             self.load(frontier)
             values = []
@@ -197,47 +152,46 @@ class IdGraph:
                 if n.trace_id and n.parent_span_id:
                     values.append(f"{n.trace_id}/{n.parent_span_id}")
             self.rows_for(values)
-            nxt = []
-            for r in frontier:
-                for nb in self._neighbors(self.nodes[r], ambiguous):
-                    if nb not in seen:
-                        seen.add(nb)
-                        nxt.append(nb)
-            frontier = nxt
+            frontier = [nb for r in frontier for nb in self._reach(self.nodes[r]) if nb not in seen]
+            seen.update(frontier)
         return seen
 
     def requests(self, seeds: list[int]) -> list[Request]:
-        """The requests these records belong to, in order of their first record."""
-        self.load(seeds)
-        ordered = sorted(seeds, key=lambda r: (self.nodes[r].time_ns or 0, r))
-        placed: set[int] = set()
-        ambiguous: set[int] = set()
-        requests: list[Request] = []
-        for seed in ordered:
-            if seed in placed:
-                continue
-            comp = self.component(seed, ambiguous)
-            placed |= comp
-            requests.append(Request(comp))
-        self.load(placed)
-        return self._place_ambiguous(requests, ambiguous)
+        """The requests these records belong to, in order of their first record; each record's
+        worker as settled within its request (`Node.record["worker"]`)."""
+        scope = self._closure(seeds)
+        self.load(scope)
+        grouped = group_records(self.store, [self.nodes[r].record for r in sorted(scope)])
+        for r, worker in grouped.worker_of.items():
+            self.nodes[r].record["worker"] = worker
+        members: dict[int, set[int]] = {}
+        for r, q in grouped.request_of.items():
+            members.setdefault(q, set()).add(r)
+        wanted = sorted({grouped.request_of[r] for r in seeds},
+                        key=lambda q: min((self.nodes[r].time_ns or 0, r) for r in members[q]))
+        requests = [Request(members[q]) for q in wanted]
+        return self._place_ambiguous(requests, grouped)
 
-    def _place_ambiguous(self, requests: list[Request], ambiguous: set[int]) -> list[Request]:
+    def _place_ambiguous(self, requests: list[Request], grouped) -> list[Request]:
         """A request made only of records whose key collided, with nothing else to place them, is
         shown inside the collided requests whose time spans cover it (all of them if none does)."""
+        collided: dict[int, set[tuple]] = {}  # record -> the collided keys it carries
+        left_apart: set[int] = set()  # records a collided key does not join
+        for record_id, kind, value, scope, joins in grouped.collided:
+            collided.setdefault(record_id, set()).add((kind, value, scope))
+            if not joins:
+                left_apart.add(record_id)
+        self._warn_collisions(requests, grouped)
         anchored = [q for q in requests if any(self.nodes[r].entry for r in q.record_ids)]
         result = list(anchored)
         for q in requests:
             if q in anchored:
                 continue
-            if not (q.record_ids & ambiguous):
+            if not (q.record_ids & left_apart):
                 result.append(q)
                 continue
-            keys = {k for r in q.record_ids & ambiguous for k in self.nodes[r].keys()}
-            candidates = [
-                a for a in anchored
-                if any(k in set(self.nodes[r].keys()) for r in a.record_ids for k in keys)
-            ]
+            keys = {k for r in q.record_ids & left_apart for k in collided[r]}
+            candidates = [a for a in anchored if any(collided.get(r, set()) & keys for r in a.record_ids)]
             if not candidates:
                 result.append(q)
                 continue
@@ -254,6 +208,19 @@ class IdGraph:
                 )
         return sorted(result, key=lambda q: min((self.nodes[r].time_ns or 0) for r in q.record_ids))
 
+    def _warn_collisions(self, requests: list[Request], grouped) -> None:
+        """A warning for each collided key the requests found carry: how many requests started
+        separately with it."""
+        shown = set().union(*(q.record_ids for q in requests)) if requests else set()
+        started: dict[tuple, set[int]] = {}
+        for record_id, kind, value, scope, _ in grouped.collided:
+            if self.nodes[record_id].entry and self.nodes[record_id].trace_id:
+                started.setdefault((kind, value, scope), set()).add(grouped.request_of[record_id])
+        for (kind, value, scope), holders in started.items():
+            if any(r in shown for r, k, s in self._rows.get(value, ()) if k == kind and s == scope):
+                self._warn(f"collision: {kind} {value} is carried by {len(holders)} requests that started "
+                           f"separately; they are listed apart, not merged")
+
     def _span_of(self, request: Request) -> tuple[int, int]:
         times = [self.nodes[r].time_ns for r in request.record_ids if self.nodes[r].time_ns is not None]
         return (min(times), max(times)) if times else (0, -1)
@@ -263,56 +230,9 @@ def _covers(window: tuple[int, int], t: int) -> bool:
     return window[0] <= t <= window[1]
 
 
-def _cluster_entries(entries: list[Node]) -> list[list[Node]]:
-    """Group entry records into the requests they start (see _same_request)."""
-    clusters: list[list[Node]] = []
-    for e in entries:
-        joined = None
-        for cluster in clusters:
-            if any(_same_request(e, other) for other in cluster):
-                if joined is None:
-                    cluster.append(e)
-                    joined = cluster
-                else:
-                    joined.extend(cluster)
-                    cluster.clear()
-        clusters = [c for c in clusters if c]
-        if joined is None:
-            clusters.append([e])
-    return clusters
-
-
-def _same_request(a: Node, b: Node) -> bool:
-    """Two entry records start one request when they share a trace, unless they are sibling spans
-    (two requests a client made under one span of its own). Different traces: different requests.
-    One request can have several entry records: a proxy's and the server's behind it, a log line
-    and the span it belongs to, or a span nested in another."""
-    if not a.trace_id or a.trace_id != b.trace_id:
-        return False
-    if a.span_id == b.span_id:
-        return True
-    return a.parent_span_id != b.parent_span_id
-
-
 def _found_query(n: int) -> str:
     """The record ids the index finds for n values (parameters) by their hashes."""
     if n <= _FEW_VALUES:  # each hash a constant: one row group of each run
         return " UNION ALL ".join(["SELECT record_id FROM id_index WHERE key = hash(?)"] * n)
     marks = ",".join("?" * n)
     return f"SELECT record_id FROM id_index WHERE key IN (SELECT hash(unnest([{marks}])))"
-
-
-def _by_ranges(con, select: str, record_ids: list[int], parameters: list = ()) -> list[tuple]:
-    """The rows of `select` (its `{}` a condition on record_id) for these records, and only theirs."""
-    ranges: list[list[int]] = []
-    for r in sorted(record_ids):
-        if ranges and r - ranges[-1][1] <= _NEAR:
-            ranges[-1][1] = r
-        else:
-            ranges.append([r, r])
-    if len(ranges) > _MANY_RANGES:
-        sql = select.format(f"record_id IN ({','.join(map(str, record_ids))})")
-        return con.execute(sql, list(parameters)).fetchall()
-    sql = " UNION ALL ".join(f"({select.format(f'record_id BETWEEN {int(lo)} AND {int(hi)}')})" for lo, hi in ranges)
-    wanted = set(record_ids)
-    return [row for row in con.execute(sql, list(parameters) * len(ranges)).fetchall() if row[0] in wanted]

@@ -31,6 +31,9 @@ SCOPED_KINDS = (ENGINE_REQUEST_ID, CTX_REQUEST_ID)
 # the span a record belongs to, and its parent span.
 SPAN = "span"
 PARENT_SPAN = "parent_span"
+# A child span joins its parent's request only when a serving process recorded the parent: a
+# client's span is shared by every request it made, so it joins nothing.
+SERVING_ROLES = frozenset({"router", "frontend", "proxy", "agg", "ctx", "gen", "prefill", "decode", "worker"})
 
 
 _UUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"

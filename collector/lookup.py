@@ -51,7 +51,7 @@ class Window:
 def lookup(store: Store, query: str, window: Window | None = None) -> dict:
     query = query.strip()
     window = window or Window()
-    graph = IdGraph(store.con)
+    graph = IdGraph(store)
     direct = graph.carriers([query])
     id_kind = _strongest({kind for _, kind in direct})
     implied = implied_by_query(query)
@@ -108,7 +108,6 @@ def _request_json(graph: IdGraph, request) -> dict:
     ids[ENGINE_REQUEST_ID] = engine
 
     rows = _record_rows(graph, request.record_ids)
-    _name_workers(rows)
     _place_steady_times(rows)
     records = []
     workers: dict[str, dict] = {}
@@ -135,25 +134,13 @@ def _request_json(graph: IdGraph, request) -> dict:
 
 
 def _record_rows(graph: IdGraph, record_ids) -> list[dict]:
-    """The records as rows to show, in the order they were recorded (the walk has read them)."""
+    """The records as rows to show, in the order they were recorded (the walk has read them),
+    each under its worker as settled within its request."""
     rows = [dict(graph.nodes[r].record) for r in record_ids]
     for row in rows:
         row["attrs"] = orjson.loads(row["attrs"]) if row["attrs"] else {}
     rows.sort(key=lambda r: (r["time_ns"] is None, r["time_ns"] or 0, r["origin_id"], r["offset"], r["seq"]))
     return rows
-
-
-def _name_workers(rows: list[dict]) -> None:
-    """A record whose source names no process (Dynamo request-trace rows) or only a service
-    (Dynamo's OTLP log records carry no instance id) is shown under the one worker of its role
-    that another source named in full in this request."""
-    named_by_role: dict[str, set[str]] = {}
-    for r in rows:
-        if not is_bare_name(r["worker"]):
-            named_by_role.setdefault(r["role"], set()).add(r["worker"])
-    for r in rows:
-        if is_bare_name(r["worker"]) and len(named_by_role.get(r["role"], ())) == 1:
-            r["worker"] = next(iter(named_by_role[r["role"]]))
 
 
 def _place_steady_times(rows: list[dict]) -> None:
@@ -187,11 +174,6 @@ def _place_steady_times(rows: list[dict]) -> None:
             r["time_ns"] = round(r["steady_s"] * 1e9) + anchor[0]
             r["anchor"] = anchor[1]
     rows.sort(key=lambda r: (r["time_ns"] is None, r["time_ns"] or 0, r["steady_s"] or 0))
-
-
-def is_bare_name(worker: str | None) -> bool:
-    """No name, or one with no host, port, pid or instance in it: only a service name."""
-    return worker is None or (":" not in worker and "@" not in worker)
 
 
 def _summary(row: dict) -> str:

@@ -1,10 +1,18 @@
-"""Every request in the store at once: the id graph's connected components, computed in DuckDB.
+"""Requests: the id graph's connected components, computed in DuckDB, and the one place its
+rule is written.
 
-`lookup` walks the graph from one id (graph.py); listing requests, coverage and dashboards need
-all of them, so this module labels every record with its request by label propagation over the
-same edges (keys, span tree), in SQL, and summarizes each request in one row of `requests`.
-The rules are graph.py's, with one simplification: a collided key joins records only within each
-trace, and records that carry it with no trace stay apart (lookup shows them as ambiguous).
+Records are joined by edges (docs/id-model.md): a key id (reply id, internal id, disagg request
+id, engine or ctx request id with its worker) joins every record that carries it; records in the
+same span belong together; a child span joins its parent's request when a serving process
+recorded the parent. Labels (`x_request_id`, `trace_id`, a bare engine id) only find records. A
+key carried by requests that started separately is a collision: it then joins records only
+within a trace in which it names one request, and the records it leaves apart are shown as
+ambiguous by lookup.
+
+Listing requests, coverage and dashboards need every request, so this module labels every record
+with its request by label propagation over those edges, in SQL, and summarizes each request in
+one row of `requests`. `lookup` runs the same edges over the records near the looked-up id
+(group_records; graph.py finds them).
 
 The result lives in temporary tables of the connection that built it (`request_members`,
 `request_summary`), so commands on a read-only store can build it as well. `persist_requests`
@@ -16,12 +24,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 
 from . import record_contract
 from .duckdb_engine import duckdb, threads, transaction
-from .graph import SERVING_ROLES
-from .ids import KEY_KINDS, PARENT_SPAN, SCOPED_KINDS, SPAN
-from .store import Store
+from .ids import KEY_KINDS, PARENT_SPAN, SCOPED_KINDS, SERVING_ROLES, SPAN
+from .store import Store, by_record_ids
 
 
 def _sql_list(values) -> str:
@@ -31,7 +39,7 @@ def _sql_list(values) -> str:
 _KEY_FILTER = f"""(i.kind IN ({_sql_list(k for k in KEY_KINDS if k not in SCOPED_KINDS)})
                  OR (i.kind IN ({_sql_list(SCOPED_KINDS)}) AND i.scope IS NOT NULL))"""
 _SERVING_ROLES_SQL = _sql_list(sorted(SERVING_ROLES))
-# Ids by which records join (graph.py's keys and the span tree); the labels join nothing.
+# Ids by which records join (the keys and the span tree); the labels join nothing.
 _JOINING_KINDS = f"({_sql_list((*KEY_KINDS, SPAN, PARENT_SPAN))})"
 
 
@@ -40,38 +48,51 @@ def _hashed(column: str) -> str:
     return f"CASE WHEN {column} IS NOT NULL THEN hash({column}) END"
 
 
+# Whether a key id `i` joins the record `r` carrying it (`c`: the key's row in `collided`,
+# `crowded`: the row of the record's trace there): always, unless the key collided; then only
+# within a trace, and only a trace in which the key still names one request.
+_JOINS_BY_KEY = "(c.key IS NULL OR (r.trace_id IS NOT NULL AND crowded.key IS NULL))"
+_COLLIDED_OF = f"""
+    LEFT JOIN collided c ON c.key = hash(i.kind, i.value, i.scope)
+    LEFT JOIN crowded ON crowded.key = c.key AND crowded.trace = {_hashed('r.trace_id')}
+"""
+
 BUILD = f"""
--- Keys carried by requests that started separately (graph.py: collisions), as `key`, the hash of
--- (kind, value, scope). Here and in `edges`, ids are grouped by their 64-bit hashes, not their text,
+-- Keys carried by requests that started separately, as `key`, the hash of (kind, value, scope):
+-- entry records in different traces, or in one trace under one parent but in different spans
+-- (requests a client made under one span of its own); `crowded`: the traces in which a key names
+-- several requests. Here and in `edges`, ids are grouped by their 64-bit hashes, not their text,
 -- and distinct rows are counted rather than count(DISTINCT ...): grouping millions of strings, or
 -- holding a set per group, ran out of the memory limit on a 9M-record store. Two ids that hash
 -- alike (about 1 in 10^12 for a store of millions) would be taken for one.
-CREATE OR REPLACE TEMP TABLE collided AS
+CREATE OR REPLACE TEMP TABLE crowded AS
 WITH entries AS (
     SELECT DISTINCT hash(i.kind, i.value, i.scope) AS key, {_hashed('r.trace_id')} AS trace,
            {_hashed('r.span_id')} AS span, {_hashed('r.parent_span_id')} AS parent
     FROM build_ids i JOIN build_records r USING (record_id)
-    WHERE r.entry AND {_KEY_FILTER}
-), siblings AS (  -- one trace, one parent, several spans: requests a client made under one span
-    SELECT key FROM entries WHERE trace IS NOT NULL
-    GROUP BY key, trace, parent HAVING count(span) > 1
-), traces AS (
-    SELECT DISTINCT key, trace FROM entries
+    WHERE r.entry AND r.trace_id IS NOT NULL AND {_KEY_FILTER}
+)
+SELECT DISTINCT key, trace FROM entries GROUP BY key, trace, parent HAVING count(span) > 1;
+
+CREATE OR REPLACE TEMP TABLE collided AS
+WITH traces AS (
+    SELECT DISTINCT hash(i.kind, i.value, i.scope) AS key, {_hashed('r.trace_id')} AS trace
+    FROM build_ids i JOIN build_records r USING (record_id)
+    WHERE r.entry AND r.trace_id IS NOT NULL AND {_KEY_FILTER}
 )
 SELECT key FROM traces GROUP BY key HAVING count(trace) > 1
-UNION SELECT key FROM siblings;
+UNION SELECT key FROM crowded;
 
 CREATE OR REPLACE TEMP TABLE edges AS
 WITH keyed AS (  -- scopes under the process's main name (store.py: worker_aliases)
     SELECT i.record_id, hash(i.kind, i.value, coalesce(a.worker, i.scope)) AS key,
-           {_hashed('r.trace_id')} AS trace, c.key IS NOT NULL AS is_collided
+           {_hashed('r.trace_id')} AS trace, c.key IS NOT NULL AS is_collided, {_JOINS_BY_KEY} AS joins
     FROM build_ids i JOIN build_records r USING (record_id)
     LEFT JOIN worker_aliases a ON a.alias = i.scope
-    LEFT JOIN collided c ON c.key = hash(i.kind, i.value, i.scope)
+    {_COLLIDED_OF}
     WHERE {_KEY_FILTER}
 ), joinable AS (  -- a collided key joins only within a trace
-    SELECT record_id, key, CASE WHEN is_collided THEN trace END AS within
-    FROM keyed WHERE NOT is_collided OR trace IS NOT NULL
+    SELECT record_id, key, CASE WHEN is_collided THEN trace END AS within FROM keyed WHERE joins
 ), grouped AS (  -- each record to the first record of its group (grouped and joined, not a window:
                  -- DuckDB's window operator held its partitions in memory past the budget)
     SELECT j.record_id, g.other
@@ -87,16 +108,16 @@ WITH keyed AS (  -- scopes under the process's main name (store.py: worker_alias
     SELECT child.record_id, owner.record_id AS other
     FROM build_ids child
     JOIN build_ids owner ON owner.kind = 'span' AND owner.value = child.value
-    JOIN record_workers rw ON rw.record_id = owner.record_id
-    WHERE child.kind = 'parent_span' AND rw.role IN ({_SERVING_ROLES_SQL})
+    JOIN build_records o ON o.record_id = owner.record_id
+    WHERE child.kind = 'parent_span' AND o.role IN ({_SERVING_ROLES_SQL})
 )
 SELECT record_id AS a, other AS b FROM grouped WHERE record_id <> other
 UNION ALL SELECT record_id, other FROM spans WHERE record_id <> other
 UNION ALL SELECT record_id, other FROM parents;
-
-CREATE OR REPLACE TEMP TABLE labels AS SELECT record_id, record_id AS label FROM build_records;
 """
 
+# Requests are the connected components of `edges`, each numbered by its least record id: labels
+# propagated until none changes.
 PROPAGATE = """
 CREATE OR REPLACE TEMP TABLE next_labels AS
 WITH e AS (SELECT a, b FROM edges UNION ALL SELECT b, a FROM edges),
@@ -104,19 +125,16 @@ WITH e AS (SELECT a, b FROM edges UNION ALL SELECT b, a FROM edges),
 SELECT l.record_id, least(l.label, coalesce(m.label, l.label)) AS label FROM labels l LEFT JOIN m USING (record_id);
 """
 
-SUMMARIZE = """
-CREATE OR REPLACE TEMP TABLE request_members AS SELECT record_id, label AS request_id FROM labels;
-DROP TABLE labels;  -- the memory the summary needs
-DROP TABLE edges;
-
--- Each record's worker within its request: a record whose source names no process, or only a
--- service, is put under the one worker of its role named in full in the request (the rule of
--- lookup._name_workers, for all requests at once).
+# Each record's worker within its request (request_members): a record whose source names no
+# process (Dynamo's request-trace rows), or only a service (Dynamo's OTLP log records carry no
+# instance id), is put under the one worker of its role that another source named in full in the
+# request.
+NAME_WORKERS = """
 CREATE OR REPLACE TEMP TABLE request_workers AS
 WITH w AS (
-    SELECT m.record_id, m.request_id, rw.worker, rw.role,
-           rw.worker IS NULL OR NOT regexp_matches(rw.worker, '[:@]') AS bare
-    FROM request_members m JOIN record_workers rw USING (record_id)
+    SELECT m.record_id, m.request_id, r.worker, r.role,
+           r.worker IS NULL OR NOT regexp_matches(r.worker, '[:@]') AS bare
+    FROM request_members m JOIN build_records r USING (record_id)
 ), named AS (
     SELECT request_id, role, min(worker) AS worker FROM w WHERE NOT bare
     GROUP BY request_id, role HAVING count(DISTINCT worker) = 1
@@ -211,10 +229,11 @@ SUMMARY_SLICE_RECORDS = 50_000  # records whose requests are summarized at once
 # DuckDB's threads; larger ones on one, within the memory budget (_build).
 PARALLEL_BUILD_RECORDS = 300_000
 
-# What the build reads of each record: its place in the span tree, and the facts the summary shows
-# (record_contract.py), not every record's whole JSON.
+# What the build reads of each record (from the view record_workers): its worker and role, its
+# place in the span tree, and the facts the summary shows (record_contract.py), not every record's
+# whole JSON.
 _RECORD_COLUMNS = f"""
-    record_id, time_ns, steady_s, entry, kind, name, level, status, duration_ns, source,
+    record_id, worker, role, time_ns, steady_s, entry, kind, name, level, status, duration_ns, source,
     trace_id, span_id, parent_span_id,
     {record_contract.columns("route", "endpoint", "disconnected", "failed", "http_status", "request_ms",
                              "ttft_ms", "ttfb_ms", "queue_ms", "kv_transfer_ms")}
@@ -224,19 +243,19 @@ _RECORD_COLUMNS = f"""
 # it beyond its budget); the scope's ids too: read through views with a semi-join, every use held
 # a hash table of the scope's records, several in one query.
 WHOLE_STORE = f"""
-CREATE OR REPLACE TEMP TABLE build_records AS SELECT {_RECORD_COLUMNS} FROM records;
+CREATE OR REPLACE TEMP TABLE build_records AS SELECT {_RECORD_COLUMNS} FROM record_workers;
 CREATE OR REPLACE TEMP VIEW build_ids AS SELECT * FROM record_ids;
 """
 SCOPE = f"""
 CREATE OR REPLACE TEMP TABLE build_records AS
-    SELECT {_RECORD_COLUMNS} FROM records WHERE record_id IN (SELECT record_id FROM scope_records);
+    SELECT {_RECORD_COLUMNS} FROM record_workers WHERE record_id IN (SELECT record_id FROM scope_records);
 CREATE OR REPLACE TEMP TABLE scope_ids AS
     SELECT * FROM record_ids WHERE record_id IN (SELECT record_id FROM scope_records);
 CREATE OR REPLACE TEMP VIEW build_ids AS SELECT * FROM scope_ids;
 """
 # The SQL that makes the persisted tables: when it changes, tables an older trace-join built are
 # built again whole, not added to.
-BUILT_BY = hashlib.sha256((_RECORD_COLUMNS + BUILD + PROPAGATE + SUMMARIZE + SUMMARY).encode()).hexdigest()[:16]
+BUILT_BY = hashlib.sha256((_RECORD_COLUMNS + BUILD + PROPAGATE + NAME_WORKERS + SUMMARY).encode()).hexdigest()[:16]
 
 
 def build_requests(store: Store) -> None:
@@ -264,6 +283,81 @@ def build_requests(store: Store) -> None:
 _RESULTS = ("request_members", "request_workers", "request_summary")
 
 
+@dataclass
+class Grouped:
+    """Records grouped into requests by the build's rules (group_records)."""
+
+    request_of: dict[int, int]  # each record's request: the least record id in it
+    worker_of: dict[int, str | None]  # each record's worker as settled within its request
+    # (record, kind, value, scope, joins) of each collided key a record carries; `joins`: it still
+    # joins the record within its trace
+    collided: list[tuple[int, str, str, str | None, bool]]
+
+
+_COLLIDED_IDS = f"""
+SELECT i.record_id, i.kind, i.value, coalesce(a.worker, i.scope), {_JOINS_BY_KEY}
+FROM build_ids i JOIN build_records r USING (record_id)
+LEFT JOIN worker_aliases a ON a.alias = i.scope
+{_COLLIDED_OF}
+WHERE c.key IS NOT NULL AND {_KEY_FILTER}
+"""
+
+
+# The columns of a record the build reads them from (record_workers), with their types, for a
+# lookup that passes records it has read (group_records).
+_READ_COLUMNS = {
+    "record_id": "BIGINT", "worker": "VARCHAR", "role": "VARCHAR", "time_ns": "BIGINT", "steady_s": "DOUBLE",
+    "entry": "BOOLEAN", "kind": "VARCHAR", "name": "VARCHAR", "level": "VARCHAR", "status": "VARCHAR",
+    "duration_ns": "BIGINT", "source": "VARCHAR", "trace_id": "VARCHAR", "span_id": "VARCHAR",
+    "parent_span_id": "VARCHAR", "attrs": "JSON",
+}
+_GIVEN_RECORDS = (f"CREATE OR REPLACE TEMP TABLE build_records AS SELECT {_RECORD_COLUMNS} FROM (SELECT "
+                  + ", ".join(f"unnest(${i}::{t}[]) AS {c}" for i, (c, t) in enumerate(_READ_COLUMNS.items(), 1)) + ")")
+
+
+def group_records(store: Store, records: list[dict]) -> Grouped:
+    """The requests these records (rows of record_workers, read by the caller) make by the rules
+    of the whole build, for records that hold every record sharing a joining id with one of them
+    (lookup's walk, graph.py, finds such a set): the same edges as for the whole store, so a
+    lookup shows the requests `requests` lists. The components of so few records are found here,
+    not by propagating labels in SQL, whose rounds of statements would cost a lookup more than
+    its walk."""
+    con = store.con
+    with threads(con, 1):  # statements over a few rows: a second thread only adds its scheduling
+        _drop_temp(con, _RESULTS)
+        con.execute(_GIVEN_RECORDS, [[r[c] for r in records] for c in _READ_COLUMNS])
+        record_ids = [r["record_id"] for r in records]
+        con.execute("CREATE OR REPLACE TEMP TABLE scope_ids AS "
+                    + by_record_ids("SELECT * FROM record_ids WHERE {}", record_ids))
+        con.execute("CREATE OR REPLACE TEMP VIEW build_ids AS SELECT * FROM scope_ids")
+        con.execute(BUILD)
+        request_of = _components(record_ids, con.execute("SELECT a, b FROM edges").fetchall())
+        members = sorted(request_of.items())
+        con.execute("CREATE OR REPLACE TEMP TABLE request_members AS "
+                    "SELECT unnest(?::BIGINT[]) AS record_id, unnest(?::BIGINT[]) AS request_id",
+                    [[r for r, _ in members], [q for _, q in members]])
+        con.execute(NAME_WORKERS)
+        worker_of = dict(con.execute("SELECT record_id, worker FROM request_workers").fetchall())
+        return Grouped(request_of, worker_of, con.execute(_COLLIDED_IDS).fetchall())
+
+
+def _components(record_ids, edges) -> dict[int, int]:
+    """Each record's component, named by its least record id (union-find)."""
+    parent = {r: r for r in record_ids}
+
+    def root(r: int) -> int:
+        while parent[r] != r:
+            parent[r] = parent[parent[r]]
+            r = parent[r]
+        return r
+
+    for a, b in edges:
+        ra, rb = root(a), root(b)
+        if ra != rb:
+            parent[max(ra, rb)] = min(ra, rb)
+    return {r: root(r) for r in parent}
+
+
 def _drop_temp(con, names) -> None:
     """Drop these temp tables or views, whichever they are (CREATE OR REPLACE cannot turn one into the other)."""
     listed = ", ".join(f"'{n}'" for n in names)
@@ -285,6 +379,7 @@ def _build(con) -> None:
 
 def _label_and_summarize(con) -> None:
     con.execute(BUILD)
+    con.execute("CREATE OR REPLACE TEMP TABLE labels AS SELECT record_id, record_id AS label FROM build_records")
     for _ in range(MAX_ROUNDS):
         con.execute(PROPAGATE)
         changed = con.execute(
@@ -293,7 +388,12 @@ def _label_and_summarize(con) -> None:
         con.execute("DROP TABLE labels; ALTER TABLE next_labels RENAME TO labels")
         if not changed:
             break
-    con.execute(SUMMARIZE)
+    con.execute("""
+        CREATE OR REPLACE TEMP TABLE request_members AS SELECT record_id, label AS request_id FROM labels;
+        DROP TABLE labels;  -- the memory the summary needs
+        DROP TABLE edges;
+    """)
+    con.execute(NAME_WORKERS)
     con.execute(f"CREATE OR REPLACE TEMP TABLE request_summary AS {SUMMARY}", {"low": 0, "high": 0})
     bounds = _slice_bounds(con)
     for low, high in zip(bounds, bounds[1:]):

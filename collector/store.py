@@ -473,6 +473,35 @@ class Store:
         return quarantined
 
 
+# A request's records lie in a few stretches of the store, one for each file that logged it: ids
+# nearer than this are read as one range, each range by a query branch of its own, since one IN
+# list spanning the stretches has DuckDB read every row group between its lowest id and its
+# highest. Past MANY_RANGES branches, one IN list is cheaper again.
+_NEAR = 4096
+_MANY_RANGES = 64
+
+
+def by_record_ids(select: str, record_ids) -> str:
+    """`select` (its `{}` a condition on record_id) for these records only, read by the ranges
+    they lie in rather than by a scan of the table."""
+    record_ids = sorted(set(record_ids))
+    if not record_ids:
+        return select.replace("{}", "false")
+    ranges: list[list[int]] = []
+    for r in record_ids:
+        if ranges and r - ranges[-1][-1] <= _NEAR:
+            ranges[-1].append(r)
+        else:
+            ranges.append([r])
+    if len(ranges) > _MANY_RANGES:
+        return select.replace("{}", f"record_id IN ({','.join(map(str, record_ids))})")
+    def branch(ids: list[int]) -> str:
+        listed = ",".join(map(str, ids))
+        return "(" + select.replace("{}", f"record_id BETWEEN {ids[0]} AND {ids[-1]} AND record_id IN ({listed})") + ")"
+
+    return " UNION ALL ".join(map(branch, ranges))
+
+
 @dataclass
 class BulkRows:
     """Records DuckDB makes of lines collector/bulk.py staged, numbered with the records of the

@@ -65,7 +65,7 @@ def test_ids_are_found_in_the_tail_in_runs_and_after_merges(db, monkeypatch):
         for n, value in enumerate(internal_ids):
             assert [kind for _, kind in carriers(store, value)] == ["internal_id"], n
         # Many values at once take the other path of the lookup: the same rows.
-        graph = IdGraph(store.con)
+        graph = IdGraph(store)
         graph.rows_for(internal_ids[:2000])
         assert all(len(graph._rows[v]) == 1 for v in internal_ids[:2000])
         assert carriers(store, "no-such-id") == []
