@@ -4,17 +4,20 @@ trtllm_hook.py, trtllm_log.py and otlp_json.py). The demo's processes write thro
 here knows about the demo.
 
 - `PerfMetricsJsonl`, `worker_record`, `disagg_record`: per-request perf metrics after PR #16668
-  (`perf_metrics_output_dir`), as `PerfMetricsJsonlWriter` in tensorrt_llm/serve/perf_metrics.py.
+  (`perf_metrics_output_dir`), as `PerfMetricsJsonlWriter` in tensorrt_llm/serve/perf_metrics.py,
+  and the legacy `/perf_metrics` items before it.
 - `metrics_headers`, `timing_from_headers`, `perf_metrics_event`: how a worker hands its timings
   to the disaggregated server (`Server-Timing`, `X-TRTLLM-Start-End-Time`, and after a stream the
   `trtllm.perf_metrics` event), and how that server reads them back into its own record.
-- `RawOutputDump`: the post-processor hook's `raw_output` records (fork JunyiXu-nv/TensorRT-LLM).
+- `RawOutputDump`, `raw_output_line`: the post-processor hook's `raw_output` records (fork
+  JunyiXu-nv/TensorRT-LLM).
 - `trtllm_logger`: text logs as tensorrt_llm/logger.py prints them to stdout.
 - `LlmRequestSpans`: the worker's `llm_request` spans (PR #5897), through the OpenTelemetry SDK.
 - `DisaggRequestIds`: disaggregated request ids laid out as tensorrt_llm/llmapi/disagg_utils.py does.
 
 Every time in the perf records is TensorRT-LLM's steady clock in seconds (`steady_now`); the
-hook records, spans and log lines carry wall-clock time.
+hook records, spans and log lines carry wall-clock time. The tests build their TensorRT-LLM
+records through the same functions, with times of their own.
 """
 
 from __future__ import annotations
@@ -81,13 +84,29 @@ def perf_metrics(timing: dict, *, first_iter: int, last_iter: int, kv_blocks: di
     return {"timing_metrics": timing, "first_iter": first_iter, "last_iter": last_iter, "kv_cache_metrics": kv_blocks}
 
 
-def worker_record(request_id: int, perf: dict, *, ctx_request_id: int | None, disagg_request_id: int | None) -> dict:
-    """A `WorkerPerfMetricsRecord`: the engine's own request id, its perf metrics, and on a
-    disaggregated worker the ids its `disaggregated_params` carry."""
+def step_metric(iteration: int, forward: tuple[float, float], sample: tuple[float, float], *,
+                gpu_forward_ms: float, gpu_sample_ms: float) -> dict:
+    """One iteration of `time_breakdown_metrics.step_metrics`: its forward and sampling (start,
+    end) in steady seconds, and their GPU times in ms."""
+    return {"iter": iteration, "forward_start_time": forward[0], "forward_end_time": forward[1],
+            "sample_start_time": sample[0], "sample_end_time": sample[1],
+            "gpu_forward_time": gpu_forward_ms, "gpu_sample_time": gpu_sample_ms}
+
+
+def worker_record(request_id: int | str, perf: dict, *, ctx_request_id: int | None = None,
+                  disagg_request_id: int | None = None, steps: list[dict] | None = None,
+                  status: str | None = "complete") -> dict:
+    """A `WorkerPerfMetricsRecord`: the engine's own request id, its perf metrics, on a
+    disaggregated worker the ids its `disaggregated_params` carry, and the iterations' times when
+    asked for (`step_metric`). Without `status`, the item the legacy `/perf_metrics` endpoint
+    returned for the same request."""
     record: dict = {"request_id": request_id, "perf_metrics": perf}
     if ctx_request_id is not None:
         record["ctx_request_id"] = ctx_request_id
-    record["status"] = "complete"
+    if steps:
+        record["time_breakdown_metrics"] = {"step_metrics": steps}
+    if status is not None:
+        record["status"] = status
     if disagg_request_id is not None:
         record["disagg_request_id"] = disagg_request_id
     return record
@@ -134,9 +153,13 @@ class PerfMetricsJsonl:
         self.path = folder / f"perf_metrics-{server_kind}-{socket.gethostname()}-{os.getpid()}-{started}.jsonl"
 
     def write(self, record: dict) -> None:
-        line = json.dumps(record, separators=(",", ":"), allow_nan=False) + "\n"
         with self.path.open("a", encoding="utf-8") as output:
-            output.write(line)
+            output.write(compact_json(record) + "\n")
+
+
+def compact_json(value) -> str:
+    """A perf record (or the legacy endpoint's list of items) as TensorRT-LLM writes it."""
+    return json.dumps(value, separators=(",", ":"), allow_nan=False)
 
 
 # -- metrics headers: a worker's timings, as the disaggregated server receives them -----------
@@ -213,22 +236,30 @@ class RawOutputDump:
     def write(self, *, request_id: int, disagg_request_id: int | None, started_at: str, frames: list[str],
               streaming: bool, aborted: bool) -> None:
         finished_at = utc_now_iso()
-        record = {
-            "event": "raw_output",
-            "request_id": str(request_id),
-            "disagg_request_id": None if disagg_request_id is None else str(disagg_request_id),
-            "output_index": 0,
-            "finished_at": finished_at,
-            "started_at": started_at,
-            "streaming": streaming,
-            "aborted": aborted,
-            "text": "".join(frames),
-            "frames": frames,
-        }
+        line = raw_output_line(request_id, disagg_request_id, started_at=started_at, finished_at=finished_at,
+                               frames=frames, streaming=streaming, aborted=aborted)
         folder = self.directory / finished_at[:13]
         folder.mkdir(parents=True, exist_ok=True)
         with (folder / f"raw-{os.getpid()}.jsonl").open("a", encoding="utf-8") as output:
-            output.write(json.dumps(record, ensure_ascii=False, separators=(",", ":")) + "\n")
+            output.write(line + "\n")
+
+
+def raw_output_line(request_id: int, disagg_request_id: int | None, *, started_at: str, finished_at: str,
+                    frames: list[str], streaming: bool, aborted: bool) -> str:
+    """One `raw_output` record: the engine id and the disagg id as strings, times as
+    `datetime.isoformat()` writes them, the output's text whole and as the frames it streamed in."""
+    return json.dumps({
+        "event": "raw_output",
+        "request_id": str(request_id),
+        "disagg_request_id": None if disagg_request_id is None else str(disagg_request_id),
+        "output_index": 0,
+        "finished_at": finished_at,
+        "started_at": started_at,
+        "streaming": streaming,
+        "aborted": aborted,
+        "text": "".join(frames),
+        "frames": list(frames),
+    }, ensure_ascii=False, separators=(",", ":"))
 
 
 # -- text logs --------------------------------------------------------------------------------

@@ -1,7 +1,8 @@
 """TensorRT-LLM post-processor hook records (`raw_output` lines of the `RawOutputDump` hook), read
 by sources/trtllm_hook.py.
 
-TensorRT-LLM cannot run here (no GPU, no wheel): the lines are built as the fork
+TensorRT-LLM cannot run here (no GPU, no wheel): the lines are built (by the demo's writer of
+them, cli/demo/trtllm_formats.py) as the fork
 JunyiXu-nv/TensorRT-LLM's `tensorrt_llm/executor/raw_output_hook.py` writes them: `json.dumps(record, ensure_ascii=False,
 separators=(",", ":"))` into `<TRTLLM_RAW_OUTPUT_DIR>/<YYYY-MM-DDTHH>/raw-<pid>.jsonl`, the engine
 id and the disagg id as strings, times from `datetime.now(timezone.utc).isoformat()`.
@@ -9,11 +10,10 @@ id and the disagg id as strings, times from `datetime.now(timezone.utc).isoforma
 
 from __future__ import annotations
 
-import json
-
 import duckdb
 import pytest
 
+from tracejoin.cli.demo import trtllm_formats as trtllm
 from tracejoin.collector.sources import detect, trtllm_hook
 from tracejoin.collector.sources.parsing import Unparseable
 
@@ -25,19 +25,8 @@ SECRET = "the model's reply, which is not stored"
 def raw_output(request_id: int, disagg_request_id: int | None = None, *, started="2026-09-18T07:12:33.101010+00:00",
                finished="2026-09-18T07:12:34.567890+00:00", aborted=False, frames=("the model's ", "reply, ",
                                                                                   "which is not stored")) -> bytes:
-    record = {
-        "event": "raw_output",
-        "request_id": str(request_id),
-        "disagg_request_id": None if disagg_request_id is None else str(disagg_request_id),
-        "output_index": 0,
-        "finished_at": finished,
-        "started_at": started,
-        "streaming": len(frames) > 1,
-        "aborted": aborted,
-        "text": "".join(frames),
-        "frames": list(frames),
-    }
-    return json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode()
+    return trtllm.raw_output_line(request_id, disagg_request_id, started_at=started, finished_at=finished,
+                                  frames=list(frames), streaming=len(frames) > 1, aborted=aborted).encode()
 
 
 def test_a_record_is_one_engine_request_on_its_process():

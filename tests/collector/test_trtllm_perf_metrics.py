@@ -4,7 +4,8 @@ sources/perf_metrics_jsonl.py.
 TensorRT-LLM cannot run here (no GPU, no wheel): the files are built field for field, key order
 and compact separators included, as `PerfMetricsJsonlWriter` (`tensorrt_llm/serve/perf_metrics.py`)
 writes them (`WorkerPerfMetricsRecord`, `DisaggPerfMetricsRecord`,
-file name `perf_metrics-<server_kind>-<hostname>-<pid>-<YYYYmmddTHHMMSSZ>.jsonl`). The legacy
+file name `perf_metrics-<server_kind>-<hostname>-<pid>-<YYYYmmddTHHMMSSZ>.jsonl`), by the demo's
+writers of these records (cli/demo/trtllm_formats.py) with this module's times. The legacy
 `/perf_metrics` tests (test_trtllm_perf_legacy.py) build their items with the same helpers.
 """
 
@@ -15,6 +16,7 @@ import json
 import orjson
 import pytest
 
+from tracejoin.cli.demo import trtllm_formats as trtllm
 from tracejoin.collector.sources import perf_metrics_jsonl
 from tracejoin.collector.sources.parsing import Unparseable
 
@@ -25,79 +27,61 @@ STAMP = "20260722T101500Z"
 
 def timing(arrival: float, *, queue=0.001, ttft=0.043, e2e=0.502, kv: tuple | None = None, nulls=()) -> dict:
     """`timing_metrics` of one finished request, steady-clock seconds: the HTTP arrival a
-    few ms before the engine's, zero or missing times as null, kv transfer keys only when
-    kv_cache_size > 0."""
-    t = {
+    few ms before the engine's, times in `nulls` unset, kv transfer keys only when kv_cache_size
+    > 0."""
+    times = {
         "arrival_time": arrival,
         "first_scheduled_time": arrival + queue,
         "first_token_time": arrival + ttft,
         "last_token_time": arrival + e2e,
-        "kv_cache_transfer_start": None,
-        "kv_cache_transfer_end": None,
-        "kv_cache_size": 0,
         "server_arrival_time": arrival - 0.006,
         "server_first_token_time": arrival + ttft + 0.002,
     }
     if kv:
-        t.update(kv_cache_size=4718592, kv_cache_transfer_start=arrival + kv[0], kv_cache_transfer_end=arrival + kv[1])
-    else:
-        for key in ("kv_cache_size", "kv_cache_transfer_start", "kv_cache_transfer_end"):
-            del t[key]
+        times.update(kv_cache_transfer_start=arrival + kv[0], kv_cache_transfer_end=arrival + kv[1])
     for key in nulls:
-        t[key] = None
-    return t
+        times[key] = None
+    return trtllm.timing_metrics(times, 4718592 if kv else 0)
 
 
-def worker_item(request_id, timing_metrics: dict, *, ctx_request_id=None, steps: int = 0) -> dict:
-    """A worker item: legacy `/perf_metrics` item, and the start of a post-#16668 worker record."""
-    item = {
-        "request_id": request_id,
-        "perf_metrics": {
-            "first_iter": 1031,
-            "last_iter": 1031 + max(steps - 1, 0),
-            "timing_metrics": timing_metrics,
-            "kv_cache_metrics": {"num_total_allocated_blocks": 9, "num_new_allocated_blocks": 3,
-                                 "num_reused_blocks": 6, "num_missed_blocks": 3},
-        },
-    }
-    if ctx_request_id is not None:
-        item["ctx_request_id"] = ctx_request_id
-    if steps:
-        a = timing_metrics["arrival_time"]
-        item["time_breakdown_metrics"] = {"step_metrics": [
-            {"iter": 1031 + i, "forward_start_time": a + i * 0.01, "forward_end_time": a + i * 0.01 + 0.008,
-             "sample_start_time": a + i * 0.01 + 0.008, "sample_end_time": a + i * 0.01 + 0.009,
-             "gpu_forward_time": 7.9, "gpu_sample_time": 0.9} for i in range(steps)]}
-    return item
+KV_BLOCKS = {"num_total_allocated_blocks": 9, "num_new_allocated_blocks": 3, "num_reused_blocks": 6,
+             "num_missed_blocks": 3}
+
+
+def worker_item(request_id, timing_metrics: dict, *, ctx_request_id=None, steps: int = 0, status=None,
+                disagg_request_id=None) -> dict:
+    """A worker item as the legacy `/perf_metrics` endpoint returns it (with `status`, a
+    post-#16668 worker record), with `steps` iterations from iteration 1031 on."""
+    a = timing_metrics["arrival_time"]
+    perf = trtllm.perf_metrics(timing_metrics, first_iter=1031, last_iter=1031 + max(steps - 1, 0), kv_blocks=KV_BLOCKS)
+    step_list = [trtllm.step_metric(1031 + i, (a + i * 0.01, a + i * 0.01 + 0.008), (a + i * 0.01 + 0.008, a + i * 0.01 + 0.009),
+                                    gpu_forward_ms=7.9, gpu_sample_ms=0.9) for i in range(steps)]
+    return trtllm.worker_record(request_id, perf, ctx_request_id=ctx_request_id, disagg_request_id=disagg_request_id,
+                                steps=step_list, status=status)
 
 
 def worker_line(request_id, timing_metrics: dict, *, ctx_request_id=None, disagg_request_id=None, steps=0) -> bytes:
-    """A `WorkerPerfMetricsRecord` line: the item, then `status`, then `disagg_request_id`."""
-    record = {**worker_item(request_id, timing_metrics, ctx_request_id=ctx_request_id, steps=steps),
-              "status": "complete"}
-    if disagg_request_id is not None:
-        record["disagg_request_id"] = disagg_request_id
-    return compact(record)
+    """A `WorkerPerfMetricsRecord` line."""
+    return compact(worker_item(request_id, timing_metrics, ctx_request_id=ctx_request_id, steps=steps,
+                               status="complete", disagg_request_id=disagg_request_id))
 
 
 def disagg_line(disagg_request_id, arrival: float, *, ctx_server="10.0.0.5:8001", gen_server="10.0.0.6:8002") -> bytes:
     """A `DisaggPerfMetricsRecord` line: the phases' request_id is str(disagg id) made an int."""
-    return compact({
-        "ctx_server": ctx_server, "gen_server": gen_server,
-        "disagg_server_arrival_time": arrival, "disagg_ctx_dispatch_time": arrival + 0.003,
-        "disagg_server_first_token_time": arrival + 0.14, "status": "complete",
-        "ctx_perf_metrics": {"request_id": disagg_request_id, "perf_metrics": {"timing_metrics": {
-            "arrival_time": arrival + 0.009, "first_scheduled_time": arrival + 0.010,
-            "first_token_time": arrival + 0.06, "last_token_time": arrival + 0.06}}},
-        "gen_perf_metrics": {"request_id": disagg_request_id, "perf_metrics": {"timing_metrics": {
-            "arrival_time": arrival + 0.065, "first_scheduled_time": arrival + 0.095,
-            "first_token_time": arrival + 0.14, "last_token_time": arrival + 0.9}}},
-        "disagg_request_id": disagg_request_id,
-    })
+    def phase(arrival_s, scheduled_s, first_token_s, last_token_s) -> dict:
+        return {"arrival_time": arrival_s, "first_scheduled_time": scheduled_s,
+                "first_token_time": first_token_s, "last_token_time": last_token_s}
+
+    return compact(trtllm.disagg_record(
+        ctx_server=ctx_server, gen_server=gen_server, arrival=arrival, ctx_dispatch=arrival + 0.003,
+        first_token=arrival + 0.14,
+        ctx_timing=phase(arrival + 0.009, arrival + 0.010, arrival + 0.06, arrival + 0.06),
+        gen_timing=phase(arrival + 0.065, arrival + 0.095, arrival + 0.14, arrival + 0.9),
+        disagg_request_id=disagg_request_id))
 
 
 def compact(obj) -> bytes:
-    return json.dumps(obj, separators=(",", ":"), allow_nan=False).encode()
+    return trtllm.compact_json(obj).encode()
 
 
 def write(folder, name: str, *lines: bytes):
