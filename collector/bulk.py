@@ -10,7 +10,9 @@ adds). Ingest then reads its files through a BulkReader:
    lines: a query costs tens of milliseconds to plan, however little it reads, so stages are large).
 2. stage: the module's `select` reads every staged line in one query, into the temporary table
    bulk_stage (DuckDB's memory, within its budget); its `ok` says that a row
-   is the line's record, read exactly as the LineParser would read the line.
+   is the line's record, read exactly as the LineParser would read the line. A JSON-lines
+   source may have DuckDB's JSON reader parse its lines once (Rules.json_columns): the stage's
+   lines are then also written to a temporary file, each wrapped with its place, for read_json.
 3. the parser's lines: the lines the SQL does not read (not `ok`, or not given to it: not UTF-8,
    over the length limit, an unfinished last line), the lines that may change what the parser
    knows of its file (those holding one of its `state_markers()`) and each piece's last line
@@ -18,8 +20,8 @@ adds). Ingest then reads its files through a BulkReader:
    ingest reads any line (lines.read_line): their records, quarantine reasons and positions,
    and a held-back last line, are the per-line path's own. What the parser carries from line to
    line is kept so: before each of them that follows a row of the stage it is told that row's
-   time (the time an untimed line takes), and its `scope` after each of them is given to the SQL
-   of the lines between.
+   time (the time an untimed line takes), its `scope` after each of them is given to the SQL
+   of the lines between, and (Rules.votes) it learns the roles the stored rows vote for.
 4. write: the stage's records and the parser's, numbered in line order, with their ids (the
    module's `ids`), in one transaction with the positions the files reach (Store.write_batch).
 
@@ -31,8 +33,11 @@ from __future__ import annotations
 
 import codecs
 import hashlib
+import os
+import tempfile
 from array import array
 from bisect import bisect_right
+from collections import Counter
 from dataclasses import dataclass, field
 from itertools import accumulate
 from typing import Callable
@@ -169,7 +174,7 @@ class BulkReader:
         if self._macros_on is not con:
             con.execute(MACROS)
             self._macros_on = con
-        unread, times = _stage(con, pieces)
+        unread, times, votes = _stage(con, pieces)
         batch = BatchBuilder()
         first_record_id = self.store.allocate_record_ids(0)
         held_back: list[str] = []
@@ -186,6 +191,8 @@ class BulkReader:
             scope_rows += read.scopes
             piece_rows.append((k, first, file.origin.origin_id, file.source, piece.offset, read.lines))
             records_by_source[file.source] = records_by_source.get(file.source, 0) + read.stage_records
+            if k in votes:
+                _learn(file.parser, votes[k], read)
             file.line_no += read.lines
             file.consumed = piece.end(read.lines)
             self.reached(file.origin, file.parser, file.consumed, file.line_no)
@@ -275,30 +282,64 @@ def _stage(con, pieces: list[_Piece]) -> tuple[dict[int, list[int]], dict[int, p
             [pa.repeat(pa.scalar(k, pa.int32()), n), pa.array(range(n), pa.int32()), start, line], schema=_LINES_SCHEMA)
         batches += [batch.slice(i, SCAN_ROWS) for i in range(0, n, SCAN_ROWS)]
     file = pieces[0].file
-    select = file.rules.select
+    rules = file.rules
+    select = rules.select
     for name, value in file.settings.items():
         select = select.replace("{" + name + "}", value)
     con.register("bulk_lines", pa.Table.from_batches(batches, _LINES_SCHEMA))
+    wrapped = _wrap_json_lines(pieces, rules.json_columns) if rules.json_columns else None
     # The rows carry their place (f, idx), so they may come in any order: on every thread.
     con.execute("SET preserve_insertion_order = false")
     try:
         try:
+            if wrapped:
+                select = select.replace("{json}", _read_json(wrapped.name, rules.json_columns))
             con.execute(f"CREATE OR REPLACE TEMP TABLE bulk_stage AS {select.replace('{lines}', 'bulk_lines')}")
         except (duckdb.InvalidInputException, duckdb.ConversionException):
             # Text DuckDB cannot read after all: the parser reads every line of the stage.
+            select = select.replace("{json}", f"(SELECT NULL::INTEGER AS f, NULL::INTEGER AS idx, "
+                                              f"NULL::{rules.json_columns} AS r LIMIT 0)")
             con.execute("CREATE OR REPLACE TEMP TABLE bulk_stage AS " + select.replace("{lines}", "(FROM bulk_lines LIMIT 0)"))
-            return {k: list(range(piece.lines)) for k, piece in enumerate(pieces)}, {}
+            return {k: list(range(piece.lines)) for k, piece in enumerate(pieces)}, {}, {}
     finally:
         con.execute("RESET preserve_insertion_order")
         con.unregister("bulk_lines")
-    stage = con.sql("SELECT ok, time_ns FROM bulk_stage ORDER BY f, idx").to_arrow_table()
+        if wrapped:
+            os.unlink(wrapped.name)
+    stage = con.sql(f"SELECT ok, time_ns{', vote' if rules.votes else ''} FROM bulk_stage ORDER BY f, idx").to_arrow_table()
     keys, starts = list(first_row), list(first_row.values())
     unread: dict[int, list[int]] = {}
     for row in pc.indices_nonzero(pc.invert(stage["ok"])).to_pylist():
         k = keys[bisect_right(starts, row) - 1]
         unread.setdefault(k, []).append(row - first_row[k])
     times = {k: stage["time_ns"].slice(row, pieces[k].lines) for k, row in first_row.items()}
-    return unread, times
+    votes = {k: pc.if_else(stage["ok"], stage["vote"], pa.scalar(None, pa.string())).slice(row, pieces[k].lines)
+             for k, row in first_row.items()} if rules.votes else {}
+    return unread, times, votes
+
+
+def _wrap_json_lines(pieces: list[_Piece], columns: str):
+    """A temporary file of the stage's lines for DuckDB's JSON reader, each line not blank as
+    `{"f":<piece>,"idx":<line>,"r":<the line>}`: its place comes with it, whatever order the
+    reader gives its rows in. Lines the SQL is not given (blanked in `sent`) are blank."""
+    out = tempfile.NamedTemporaryFile(prefix="tracejoin-stage-", suffix=".jsonl", delete=False)
+    with out:
+        for k, piece in enumerate(pieces):
+            if piece.data is None:
+                continue
+            data, starts = piece.sent or piece.data, piece.starts
+            unsent = set(piece.unsent)
+            out.write(b"".join(
+                b'{"f":%d,"idx":%d,"r":%s}\n' % (k, i, data[starts[i]:starts[i + 1]].rstrip(b"\n"))
+                for i in range(piece.lines)
+                if i not in unsent and data[starts[i]:starts[i + 1]].strip()))
+    return out
+
+
+def _read_json(path: str, columns: str) -> str:
+    quoted = path.replace("'", "''")
+    return (f"(SELECT f, idx, r FROM read_json('{quoted}', format = 'newline_delimited', "
+            f"columns = {{'f': 'INTEGER', 'idx': 'INTEGER', 'r': '{columns}'}}))")
 
 
 @dataclass
@@ -348,6 +389,15 @@ def _by_parser(k: int, piece: _Piece, unread: list[int], times: pa.ChunkedArray 
     read.records = read.lines + shift
     read.stage_records = read.lines - len(read.taken)
     return read
+
+
+def _learn(parser, votes: pa.ChunkedArray, read: _Read) -> None:
+    """Tell the parser the votes of the piece's rows that are stored (not read by the parser,
+    which voted for those itself, and not held back)."""
+    taken = {line for _, line, _ in read.taken}
+    counts = Counter(v for i, v in enumerate(votes.slice(0, read.lines).to_pylist()) if v is not None and i not in taken)
+    if counts:
+        parser.learn(counts)
 
 
 class _Markers:

@@ -22,8 +22,10 @@ A module provides:
                                                  belong to), .state_markers() (texts a line
                                                  must hold to change what it knows of its file),
                                                  .carry(time_ns) (the time the lines before
-                                                 left) and optionally .bulk_settings() (values
-                                                 for the SQL, or None: read line by line)
+                                                 left), optionally .bulk_settings() (values
+                                                 for the SQL, or None: read line by line), and
+                                                 with BULK.votes .learn(Counter) (the roles the
+                                                 lines read in bulk vote for)
 
 docs/contributing.md walks through adding a format.
 """

@@ -23,10 +23,18 @@ class Rules:
     ids: a SELECT over `{records}` (the rows stored, with their `record_id` and `scope`, the
         parser's scope where it would have read the line) giving each record's ids as
         record_id, kind, value, scope: those Record.add_id and records.py's span edges give.
+    json_columns: for JSON lines, the type (read_json's `columns`, a STRUCT) each line is read
+        as by DuckDB's JSON reader, parsed once: the select then also reads `{json}` (f, idx, r:
+        the line's value) for every line that is not blank. A line the reader cannot read as that
+        type (not JSON, a key twice, a field of another shape) makes the whole stage the parser's.
+    votes: the select gives each row a `vote`, the role the record suggests for its file, which
+        the parser learns (`learn(Counter)`) for the rows stored.
     """
 
     select: str
     ids: str
+    json_columns: str | None = None
+    votes: bool = False
 
 
 # -- JSON read alike ------------------------------------------------------------------------

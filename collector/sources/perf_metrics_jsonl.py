@@ -38,6 +38,7 @@ import orjson
 
 from ..ids import CTX_REQUEST_ID, DISAGG_REQUEST_ID, ENGINE_REQUEST_ID
 from ..records import Record
+from . import bulk_sql
 from .parsing import field, load_object, worker_from_path
 
 NAME = "perf_metrics_jsonl"
@@ -87,6 +88,27 @@ class LineParser:
             self.worker = worker_from_path(path)  # a renamed file: see docs/formats.md
         self.role = self._kind_role
         self._votes = RoleVotes()
+
+    # What collector/bulk.py asks of a parser whose lines it reads in bulk (sources/__init__.py):
+    # engine ids belong to the file's process, and nothing a line says changes what the parser
+    # knows of its file but the role its records vote for, which the bulk reader passes on.
+    @property
+    def scope(self) -> str | None:
+        return self.worker
+
+    def state_markers(self) -> tuple[bytes, ...]:
+        return ()
+
+    def carry(self, time_ns: int | None) -> None:
+        pass  # a perf record has no wall time to carry
+
+    def learn(self, votes: Counter) -> None:
+        if self._kind_role is None:
+            self.role = self._votes.learn(votes)
+
+    def bulk_settings(self) -> dict[str, str]:
+        return {"worker": _sql_literal(self.worker), "process_start": _sql_literal(self._process_start),
+                "kind_role": _sql_literal(self._kind_role)}
 
     def parse(self, line: bytes) -> list[Record]:
         obj = load_object(line)
@@ -149,9 +171,13 @@ def infer_worker_role(item: dict) -> str | None:
 
 
 class RoleVotes:
-    """A process has one role: the one most of its records suggest (the first on a tie). One
-    record alone can mislead — a warm-up request sent straight to a generation worker looks
-    aggregated, a one-token generation looks like a context request."""
+    """A process has one role: the one most of its records suggest. One record alone can mislead
+    — a warm-up request sent straight to a generation worker looks aggregated, a one-token
+    generation looks like a context request. On a tie a disaggregated role (`worker`: one whose
+    side is not known) wins over `agg`, and `gen` over `ctx`, whatever order the records came in
+    (lines read in bulk are counted together, collector/bulk.py)."""
+
+    _TIE_ORDER = ("gen", "ctx", "worker", "agg")
 
     def __init__(self):
         self._votes: Counter = Counter()
@@ -161,9 +187,15 @@ class RoleVotes:
             self._votes[role] += 1
         return self.leader
 
+    def learn(self, votes: Counter) -> str | None:
+        self._votes.update(votes)
+        return self.leader
+
     @property
     def leader(self) -> str | None:
-        return self._votes.most_common(1)[0][0] if self._votes else None
+        if not self._votes:
+            return None
+        return max(self._votes, key=lambda role: (self._votes[role], -self._TIE_ORDER.index(role)))
 
 
 # -- disaggregated-server records ------------------------------------------------------------
@@ -272,3 +304,195 @@ def _seconds(obj: dict, key: str) -> float | None:
 def _earliest(timing: dict, *keys: str) -> float | None:
     present = [timing[k] for k in keys if timing.get(k) is not None]
     return min(present) if present else None
+
+
+def _sql_literal(value: str | None) -> str:
+    return "NULL::VARCHAR" if value is None else "'" + value.replace("'", "''") + "'"
+
+
+# -- the same lines in bulk (collector/bulk.py) ----------------------------------------------------
+# LineParser.parse's rules over a stage of lines that DuckDB's JSON reader parses once, with the
+# fields read typed (BULK.json_columns), for the lines whose reading there is sure to be the
+# parser's. The reader converts a value of another type where the parser refuses it (a time given
+# as text or a bool, an id as a float), so `ok` looks at the line's text for the values the parser
+# would not take and leaves such a line to it (it quarantines the line); likewise a line orjson
+# reads otherwise than DuckDB's reader (NaN or Infinity, a trailing comma, an exponent of three
+# digits, nesting deeper than orjson reads), an engine id given as text (it may imply other ids),
+# a time integer of 16 digits or more (compared exactly by the parser), a duration within 1e-6 of a
+# half at its third decimal (Python's round and DuckDB's may part there) or from 1e15 ms (written
+# otherwise), per-iteration step metrics (counted), and a line holding a key the record adds (a
+# duration, process_start) or, as a worker record, a key of the disaggregated server's. Such
+# texts may also stand where the parser does not read them: the line then goes to the parser
+# without need, never to a record of its own. A key written twice, or a field of another shape
+# than an object where one is read, stops the reader: the parser then reads the whole stage.
+# tests/collector/test_bulk_perf_metrics.py holds the two ways to each other.
+
+_TIMING_STRUCT = "STRUCT(" + ", ".join(f"{key} DOUBLE" for key in _TIMING_KEYS) + ")"
+_PERF_STRUCT = f"STRUCT(timing_metrics {_TIMING_STRUCT})"
+_PHASE_STRUCT = f"STRUCT(request_id VARCHAR, ctx_request_id VARCHAR, perf_metrics {_PERF_STRUCT})"
+_LINE_STRUCT = (
+    f"STRUCT(request_id VARCHAR, perf_metrics {_PERF_STRUCT}, ctx_request_id VARCHAR, disagg_request_id VARCHAR, "
+    f"status VARCHAR, time_breakdown_metrics JSON, ctx_server VARCHAR, gen_server VARCHAR, "
+    + ", ".join(f"{key} DOUBLE" for key in _DISAGG_TIMES)
+    + f", ctx_perf_metrics {_PHASE_STRUCT}, gen_perf_metrics {_PHASE_STRUCT})"
+)
+
+
+def _keys(names) -> str:
+    return '"(?:' + "|".join(names) + r')"\s*:\s*'
+
+
+_ADDED_KEYS = ["process_start", "disagg_queue_ms"] + [
+    f"{prefix}{name}" for prefix in ("", "ctx_", "gen_") for name, _, _ in _PHASES]
+_READ_OTHERWISE = re.compile("|".join([
+    r"[:\[,]\s*-?(?i:nan|inf)",  # orjson refuses these, DuckDB's reader takes them
+    r",\s*[}\]]",  # a trailing comma, likewise
+    r"[0-9][eE][-+]?[0-9]{3}",  # beyond a double, or below it
+    _keys(_ADDED_KEYS),
+    _keys(_TIMING_KEYS + _DISAGG_TIMES) + r'(?:["tf\[{]|-?[0-9]{16})',  # a time that is no number
+    # an id orjson reads as no integer (a float, or beyond 64 bits), or as another integer (-0)
+    _keys(("request_id", "ctx_request_id", "disagg_request_id")) + r"(?:[tf\[{]|-0[,}\s]|-?[0-9]+[.eE]|[0-9]{20}|-[0-9]{19})",
+    _keys(("status", "ctx_server", "gen_server")) + r'[^"n]',  # text or null
+]), re.ASCII)
+_AS_WORKER_OTHERWISE = re.compile(
+    _keys(("ctx_server", "gen_server", "disagg_server_arrival_time")) + "|" + _keys(("request_id",)) + '"', re.ASCII)
+
+
+def _seconds_sql(x: str) -> str:
+    """_seconds: the number, None when zero."""
+    return f"CASE WHEN {x} <> 0 THEN {x} END"
+
+
+def _timing_columns(struct: str, prefix: str) -> list[str]:
+    """The times of a timing_metrics struct as seconds, as `<prefix><key>`."""
+    return [f"{_seconds_sql(f'{struct}.{key}')} AS {prefix}{key}" for key in _TIMING_KEYS]
+
+
+def _duration(name: str, start: str, end: str) -> tuple[str, str]:
+    """_durations for one span: the ms, and whether DuckDB computes them as Python does."""
+    both = f"{start} IS NOT NULL AND {end} IS NOT NULL AND {end} >= {start}"
+    raw = f"(({end}) - ({start})) * 1000"
+    value = f"CASE WHEN {both} THEN round({raw}, 3) END AS {name}"
+    exact = (f"CASE WHEN {both} THEN abs({raw} * 1000 - floor({raw} * 1000) - 0.5) > 1e-6 "
+             f"AND round({raw}, 3) < 1e15 ELSE true END")
+    return value, exact
+
+
+def _phase_durations(prefix: str, t: str) -> list[tuple[str, str]]:
+    """phase_durations of the times `<t><key>` as `<prefix><name>`."""
+    arrival = f"coalesce({t}arrival_time, {t}server_arrival_time)"
+    return [_duration(f"{prefix}{name}", arrival if start == "arrival_time" else f"{t}{start}", f"{t}{end}")
+            for name, start, end in _PHASES]
+
+
+_WORKER_DURATIONS = _phase_durations("", "w_")
+_DISAGG_DURATIONS = (
+    [_duration("disagg_queue_ms", "d_arrival", "d_dispatch"), _duration("d_ttft_ms", "d_arrival", "d_first_token")]
+    + _phase_durations("ctx_", "c_") + _phase_durations("gen_", "g_")
+    + [_duration("d_e2e_ms", "d_arrival", "CASE WHEN r.gen_perf_metrics IS NOT NULL THEN g_last_token_time END")]
+)
+# The front of a record's attributes (stored_attrs): the durations it computed, in the order the
+# parser adds them, then the process's start.
+_WORKER_FRONT = [("queue_ms", "queue_ms"), ("ttft_ms", "ttft_ms"), ("e2e_ms", "e2e_ms"), ("kv_transfer_ms", "kv_transfer_ms")]
+_DISAGG_FRONT = ([("disagg_queue_ms", "disagg_queue_ms"), ("ttft_ms", "d_ttft_ms")]
+                 + [(f"{p}{name}", f"{p}{name}") for p in ("ctx_", "gen_") for name, _, _ in _PHASES]
+                 + [("e2e_ms", "d_e2e_ms")])
+
+
+def _front(pairs: list[tuple[str, str]]) -> str:
+    parts = [f"""CASE WHEN {column} IS NOT NULL THEN '"{key}":' || CAST({column} AS VARCHAR) END"""
+             for key, column in pairs]
+    parts.append("""CASE WHEN {process_start} IS NOT NULL THEN '"process_start":"' || {process_start} || '"' END""")
+    return f"concat_ws(',', {', '.join(parts)})"
+
+
+# The line as the parser keeps it: without the whitespace bytes.strip() takes off (of which JSON
+# allows these four around a value).
+_TEXT = "trim(line, ' \t\n\r')"
+
+
+def _attrs(front: str) -> str:
+    return f"CASE WHEN {front} = '' THEN {_TEXT} ELSE '{{' || {front} || ',' || {_TEXT}[2:] END"
+
+
+_SELECT = f"""
+WITH lined AS (
+    SELECT l.f, l.idx, l.start, l.line, j.r,
+           j.r.ctx_server IS NOT NULL OR j.r.gen_server IS NOT NULL OR j.r.disagg_server_arrival_time IS NOT NULL AS is_disagg
+    FROM {{lines}} l LEFT JOIN {{json}} j USING (f, idx)
+), timed AS (
+    SELECT *,
+        {", ".join(_timing_columns("r.perf_metrics.timing_metrics", "w_"))},
+        {", ".join(_timing_columns("r.ctx_perf_metrics.perf_metrics.timing_metrics", "c_"))},
+        {", ".join(_timing_columns("r.gen_perf_metrics.perf_metrics.timing_metrics", "g_"))},
+        {_seconds_sql("r.disagg_server_arrival_time")} AS d_arrival,
+        {_seconds_sql("r.disagg_ctx_dispatch_time")} AS d_dispatch,
+        {_seconds_sql("r.disagg_server_first_token_time")} AS d_first_token
+    FROM lined
+), measured AS (
+    SELECT *,
+        {", ".join(value for value, _ in _WORKER_DURATIONS + _DISAGG_DURATIONS)},
+        {" AND ".join(f"({exact})" for _, exact in _WORKER_DURATIONS)} AS worker_exact,
+        {" AND ".join(f"({exact})" for _, exact in _DISAGG_DURATIONS)} AS disagg_exact,
+        -- infer_worker_role
+        CASE WHEN r.ctx_request_id IS NULL AND r.disagg_request_id IS NULL THEN 'agg'
+             WHEN w_first_token_time IS NOT NULL AND w_last_token_time IS NOT NULL
+             THEN CASE WHEN w_last_token_time = w_first_token_time THEN 'ctx' ELSE 'gen' END END AS inferred
+    FROM timed
+)
+SELECT f, idx, start,
+    coalesce(r IS NOT NULL AND NOT regexp_matches(line, '{bulk_sql.re2(_READ_OTHERWISE)}')
+             AND length(line) - length(replace(replace(line, '[', ''), '{{', '')) < 1000
+             AND CASE WHEN is_disagg
+                 THEN disagg_exact
+                      -- str(None) is the text a missing disagg id is compared as
+                      AND coalesce(r.ctx_perf_metrics.request_id, '') <> 'None'
+                      AND coalesce(r.gen_perf_metrics.request_id, '') <> 'None'
+                 ELSE r.perf_metrics IS NOT NULL AND r.request_id IS NOT NULL AND r.time_breakdown_metrics IS NULL
+                      AND worker_exact AND NOT regexp_matches(line, '{bulk_sql.re2(_AS_WORKER_OTHERWISE)}') END,
+             false) AS ok,
+    NULL::BIGINT AS time_ns,
+    CASE WHEN is_disagg THEN d_arrival ELSE least(w_server_arrival_time, w_arrival_time) END AS steady_s,
+    'perf' AS kind,
+    CASE WHEN is_disagg THEN NULL ELSE {{worker}} END AS worker,
+    CASE WHEN is_disagg THEN 'router' ELSE {{kind_role}} END AS role,
+    NULL::VARCHAR AS level,
+    CASE WHEN is_disagg THEN 'disagg perf metrics' ELSE 'perf metrics' END AS name,
+    CAST(round(CASE WHEN is_disagg THEN d_e2e_ms ELSE e2e_ms END * 1000000) AS BIGINT) AS duration_ns,
+    r.status AS status,
+    CASE WHEN is_disagg THEN true ELSE coalesce(coalesce({{kind_role}}, inferred) = 'agg', false) END AS entry,
+    NULL::VARCHAR AS trace_id, NULL::VARCHAR AS span_id, NULL::VARCHAR AS parent_span_id,
+    CASE WHEN is_disagg THEN {_attrs(_front(_DISAGG_FRONT))} ELSE {_attrs(_front(_WORKER_FRONT))} END AS attrs,
+    CASE WHEN NOT is_disagg AND {{kind_role}} IS NULL THEN inferred END AS vote,
+    is_disagg, r.ctx_server,
+    -- the ids as Record.add_id stores them: str() of the value, none when empty
+    nullif(r.request_id, '') AS request_id, nullif(r.disagg_request_id, '') AS disagg_request_id,
+    nullif(r.ctx_request_id, '') AS ctx_request_id,
+    nullif(r.ctx_perf_metrics.request_id, '') AS ctx_phase_id, nullif(r.gen_perf_metrics.request_id, '') AS gen_phase_id,
+    nullif(r.ctx_perf_metrics.ctx_request_id, '') AS ctx_phase_ctx_id,
+    nullif(r.gen_perf_metrics.ctx_request_id, '') AS gen_phase_ctx_id
+FROM measured
+"""
+
+# Ids as worker_record and disagg_record add them: a worker's engine id on its process, its disagg
+# id, its ctx request id as a label; a disaggregated server's disagg id and the ctx request ids
+# its phases name, on its ctx server (a phase's request_id only where it is not the disagg id).
+_IDS = f"""
+SELECT DISTINCT record_id, i.kind, i.value, i.scope FROM (
+    SELECT record_id, unnest(CASE WHEN NOT is_disagg THEN [
+        {{'kind': '{ENGINE_REQUEST_ID}', 'value': request_id, 'scope': scope}},
+        {{'kind': '{DISAGG_REQUEST_ID}', 'value': disagg_request_id, 'scope': NULL::VARCHAR}},
+        {{'kind': '{CTX_REQUEST_ID}', 'value': ctx_request_id, 'scope': NULL::VARCHAR}}]
+    ELSE [
+        {{'kind': '{DISAGG_REQUEST_ID}', 'value': disagg_request_id, 'scope': NULL::VARCHAR}},
+        {{'kind': '{CTX_REQUEST_ID}', 'value': CASE WHEN ctx_phase_id <> coalesce(disagg_request_id, 'None') THEN ctx_phase_id END,
+          'scope': ctx_server}},
+        {{'kind': '{CTX_REQUEST_ID}', 'value': ctx_phase_ctx_id, 'scope': ctx_server}},
+        {{'kind': '{CTX_REQUEST_ID}', 'value': CASE WHEN gen_phase_id <> coalesce(disagg_request_id, 'None') THEN gen_phase_id END,
+          'scope': ctx_server}},
+        {{'kind': '{CTX_REQUEST_ID}', 'value': gen_phase_ctx_id, 'scope': ctx_server}}] END) AS i
+    FROM {{records}}
+) WHERE i.value IS NOT NULL
+"""
+
+BULK = bulk_sql.Rules(select=_SELECT, ids=_IDS, json_columns=_LINE_STRUCT, votes=True)
