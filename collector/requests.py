@@ -323,22 +323,21 @@ def group_records(store: Store, records: list[dict]) -> Grouped:
     not by propagating labels in SQL, whose rounds of statements would cost a lookup more than
     its walk."""
     con = store.con
-    with threads(con, 1):  # statements over a few rows: a second thread only adds its scheduling
-        _drop_temp(con, _RESULTS)
-        con.execute(_GIVEN_RECORDS, [[r[c] for r in records] for c in _READ_COLUMNS])
-        record_ids = [r["record_id"] for r in records]
-        con.execute("CREATE OR REPLACE TEMP TABLE scope_ids AS "
-                    + by_record_ids("SELECT * FROM record_ids WHERE {}", record_ids))
-        con.execute("CREATE OR REPLACE TEMP VIEW build_ids AS SELECT * FROM scope_ids")
-        con.execute(BUILD)
-        request_of = _components(record_ids, con.execute("SELECT a, b FROM edges").fetchall())
-        members = sorted(request_of.items())
-        con.execute("CREATE OR REPLACE TEMP TABLE request_members AS "
-                    "SELECT unnest(?::BIGINT[]) AS record_id, unnest(?::BIGINT[]) AS request_id",
-                    [[r for r, _ in members], [q for _, q in members]])
-        con.execute(NAME_WORKERS)
-        worker_of = dict(con.execute("SELECT record_id, worker FROM request_workers").fetchall())
-        return Grouped(request_of, worker_of, con.execute(_COLLIDED_IDS).fetchall())
+    _drop_temp(con, _RESULTS)
+    con.execute(_GIVEN_RECORDS, [[r[c] for r in records] for c in _READ_COLUMNS])
+    record_ids = [r["record_id"] for r in records]
+    con.execute("CREATE OR REPLACE TEMP TABLE scope_ids AS "
+                + by_record_ids("SELECT * FROM record_ids WHERE {}", record_ids))
+    con.execute("CREATE OR REPLACE TEMP VIEW build_ids AS SELECT * FROM scope_ids")
+    con.execute(BUILD)
+    request_of = _components(record_ids, con.execute("SELECT a, b FROM edges").fetchall())
+    members = sorted(request_of.items())
+    con.execute("CREATE OR REPLACE TEMP TABLE request_members AS "
+                "SELECT unnest(?::BIGINT[]) AS record_id, unnest(?::BIGINT[]) AS request_id",
+                [[r for r, _ in members], [q for _, q in members]])
+    con.execute(NAME_WORKERS)
+    worker_of = dict(con.execute("SELECT record_id, worker FROM request_workers").fetchall())
+    return Grouped(request_of, worker_of, con.execute(_COLLIDED_IDS).fetchall())
 
 
 def _components(record_ids, edges) -> dict[int, int]:
