@@ -14,10 +14,9 @@ import hashlib
 import os
 import stat
 import zlib
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable
 
 from . import bulk, sources
 from .lines import MAX_LINE, iter_lines, read_line, read_pieces

@@ -336,7 +336,7 @@ FROM timed
 
 # Ids found in the text of a line: Request ID and Engine ID map mentions, and any UUID of a line
 # outside a request span (request_id, as LineParser._json_line takes it, is none).
-_TEXT_IDS = f"""contains(message, 'Request ID') OR contains(message, 'Engine ID map') OR request_id IS NULL"""
+_TEXT_IDS = """contains(message, 'Request ID') OR contains(message, 'Engine ID map') OR request_id IS NULL"""
 _ENGINE_ID_MAP_SQL = bulk_sql.re2(_ENGINE_ID_MAP)
 _IDS = f"""
 SELECT record_id, i.kind, i.value, NULL::VARCHAR AS scope FROM (
