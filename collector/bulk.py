@@ -64,7 +64,7 @@ class _File:
     path: str
     source: str
     rules: Rules
-    settings: dict[str, str]  # the parser's values for the select's `{name}`s
+    settings: dict[str, str]  # the parser's values for the select's `{name}`s, as SQL
     origin: Origin
     parser: object
     max_line: int
@@ -131,10 +131,10 @@ class BulkReader:
         self.lines = 0
         self._macros_on = None
 
-    def takes(self, rules: Rules, settings: dict[str, str]) -> bool:
-        """Whether lines read by these rules can join the stage (one source's rules and settings
-        to a stage)."""
-        return not self._pieces or (self._pieces[0].file.rules is rules and self._pieces[0].file.settings == settings)
+    def takes(self, rules: Rules) -> bool:
+        """Whether lines read by these rules can join the stage (one source's rules to a stage;
+        each file's settings are values of its own lines)."""
+        return not self._pieces or self._pieces[0].file.rules is rules
 
     def open(self, path: str, source: str, rules: Rules, settings: dict[str, str], origin: Origin, parser,
              max_line: int) -> _File:
@@ -283,9 +283,7 @@ def _stage(con, pieces: list[_Piece]) -> tuple[dict[int, list[int]], dict[int, p
         batches += [batch.slice(i, SCAN_ROWS) for i in range(0, n, SCAN_ROWS)]
     file = pieces[0].file
     rules = file.rules
-    select = rules.select
-    for name, value in file.settings.items():
-        select = select.replace("{" + name + "}", value)
+    select, staged_lines = _with_settings(rules.select, pieces)
     con.register("bulk_lines", pa.Table.from_batches(batches, _LINES_SCHEMA))
     wrapped = _wrap_json_lines(pieces, rules.json_columns) if rules.json_columns else None
     # The rows carry their place (f, idx), so they may come in any order: on every thread.
@@ -294,12 +292,13 @@ def _stage(con, pieces: list[_Piece]) -> tuple[dict[int, list[int]], dict[int, p
         try:
             if wrapped:
                 select = select.replace("{json}", _read_json(wrapped.name, rules.json_columns))
-            con.execute(f"CREATE OR REPLACE TEMP TABLE bulk_stage AS {select.replace('{lines}', 'bulk_lines')}")
+            con.execute(f"CREATE OR REPLACE TEMP TABLE bulk_stage AS {select.replace('{lines}', staged_lines)}")
         except (duckdb.InvalidInputException, duckdb.ConversionException):
             # Text DuckDB cannot read after all: the parser reads every line of the stage.
             select = select.replace("{json}", f"(SELECT NULL::INTEGER AS f, NULL::INTEGER AS idx, "
                                               f"NULL::{rules.json_columns} AS r LIMIT 0)")
-            con.execute("CREATE OR REPLACE TEMP TABLE bulk_stage AS " + select.replace("{lines}", "(FROM bulk_lines LIMIT 0)"))
+            con.execute("CREATE OR REPLACE TEMP TABLE bulk_stage AS "
+                        + select.replace("{lines}", f"(FROM {staged_lines} LIMIT 0)"))
             return {k: list(range(piece.lines)) for k, piece in enumerate(pieces)}, {}, {}
     finally:
         con.execute("RESET preserve_insertion_order")
@@ -316,6 +315,20 @@ def _stage(con, pieces: list[_Piece]) -> tuple[dict[int, list[int]], dict[int, p
     votes = {k: pc.if_else(stage["ok"], stage["vote"], pa.scalar(None, pa.string())).slice(row, pieces[k].lines)
              for k, row in first_row.items()} if rules.votes else {}
     return unread, times, votes
+
+
+def _with_settings(select: str, pieces: list[_Piece]) -> tuple[str, str]:
+    """The select with each of its `{name}` settings a column of the staged lines, `setting_<name>`,
+    holding each file's value for its own lines; and the staged lines with those columns."""
+    names = list(pieces[0].file.settings)
+    if not names:
+        return select, "bulk_lines"
+    columns = ", ".join(f"setting_{name}" for name in names)
+    values = ", ".join("(" + ", ".join([str(k), *(piece.file.settings[name] for name in names)]) + ")"
+                       for k, piece in enumerate(pieces))
+    for name in names:
+        select = select.replace("{" + name + "}", f"setting_{name}")
+    return select, f"(SELECT * FROM bulk_lines JOIN (VALUES {values}) settings(f, {columns}) USING (f))"
 
 
 def _wrap_json_lines(pieces: list[_Piece], columns: str):

@@ -316,7 +316,7 @@ class Ingester:
                       result: IngestResult, max_bytes: int | None) -> bool:
         """Stage the file's lines for bulk.py, which reads them with the module's BULK rules, and
         read the stage whenever it is full."""
-        if len(self._batch) or not self._bulk.takes(module.BULK, settings):
+        if len(self._batch) or not self._bulk.takes(module.BULK):
             self._commit(result)  # what was read before comes first, in record order
         file = self._bulk.open(str(path), module.NAME, module.BULK, settings, origin, parser,
                                getattr(module, "MAX_LINE", MAX_LINE))
@@ -372,20 +372,22 @@ class Ingester:
             result.quarantine_samples.append(f"{q['path']}:{q['line_no']} (byte {q['offset']}): {q['reason']}")
 
     def _count_requests(self, result: IngestResult, first_new: int) -> None:
-        """Requests seen per source: distinct values of each new record's strongest key."""
+        """Requests seen per source: distinct values of each new record's strongest key (by their
+        hashes, as the summary's count: two keys hashing alike, 1 in 10^12, would count once)."""
         rows = self.store.con.execute(
             """
             WITH primary_key AS (
-                SELECT r.source, arg_min(i.kind || ':' || coalesce(i.scope, '') || ':' || i.value,
+                SELECT r.source, arg_min(hash(i.kind, i.scope, i.value),
                     list_position(['internal_id', 'disagg_request_id', 'reply_id', 'engine_request_id'], i.kind)) AS k
                 FROM records r JOIN record_ids i USING (record_id)
-                WHERE r.record_id >= ? AND i.kind IN ('internal_id', 'disagg_request_id', 'reply_id', 'engine_request_id')
+                WHERE r.record_id >= $first AND i.record_id >= $first
+                  AND i.kind IN ('internal_id', 'disagg_request_id', 'reply_id', 'engine_request_id')
                   AND (i.kind <> 'engine_request_id' OR i.scope IS NOT NULL)
                 GROUP BY r.record_id, r.source
             )
             SELECT source, count(DISTINCT k) FROM primary_key GROUP BY source
             """,
-            [first_new],
+            {"first": first_new},
         ).fetchall()
         for source, n in rows:
             result.by_source.setdefault(source, SourceSummary()).requests = n

@@ -402,7 +402,7 @@ _DISAGG_FRONT = ([("disagg_queue_ms", "disagg_queue_ms"), ("ttft_ms", "d_ttft_ms
 def _front(pairs: list[tuple[str, str]]) -> str:
     parts = [f"""CASE WHEN {column} IS NOT NULL THEN '"{key}":' || CAST({column} AS VARCHAR) END"""
              for key, column in pairs]
-    parts.append("""CASE WHEN {process_start} IS NOT NULL THEN '"process_start":"' || {process_start} || '"' END""")
+    parts.append("""CASE WHEN file_process_start IS NOT NULL THEN '"process_start":"' || file_process_start || '"' END""")
     return f"concat_ws(',', {', '.join(parts)})"
 
 
@@ -417,7 +417,8 @@ def _attrs(front: str) -> str:
 
 _SELECT = f"""
 WITH lined AS (
-    SELECT l.f, l.idx, l.start, l.line, j.r,
+    SELECT l.f, l.idx, l.start, l.line, j.r, {{worker}} AS file_worker, {{process_start}} AS file_process_start,
+           {{kind_role}} AS file_kind_role,
            j.r.ctx_server IS NOT NULL OR j.r.gen_server IS NOT NULL OR j.r.disagg_server_arrival_time IS NOT NULL AS is_disagg
     FROM {{lines}} l LEFT JOIN {{json}} j USING (f, idx)
 ), timed AS (
@@ -454,16 +455,16 @@ SELECT f, idx, start,
     NULL::BIGINT AS time_ns,
     CASE WHEN is_disagg THEN d_arrival ELSE least(w_server_arrival_time, w_arrival_time) END AS steady_s,
     'perf' AS kind,
-    CASE WHEN is_disagg THEN NULL ELSE {{worker}} END AS worker,
-    CASE WHEN is_disagg THEN 'router' ELSE {{kind_role}} END AS role,
+    CASE WHEN is_disagg THEN NULL ELSE file_worker END AS worker,
+    CASE WHEN is_disagg THEN 'router' ELSE file_kind_role END AS role,
     NULL::VARCHAR AS level,
     CASE WHEN is_disagg THEN 'disagg perf metrics' ELSE 'perf metrics' END AS name,
     CAST(round(CASE WHEN is_disagg THEN d_e2e_ms ELSE e2e_ms END * 1000000) AS BIGINT) AS duration_ns,
     r.status AS status,
-    CASE WHEN is_disagg THEN true ELSE coalesce(coalesce({{kind_role}}, inferred) = 'agg', false) END AS entry,
+    CASE WHEN is_disagg THEN true ELSE coalesce(coalesce(file_kind_role, inferred) = 'agg', false) END AS entry,
     NULL::VARCHAR AS trace_id, NULL::VARCHAR AS span_id, NULL::VARCHAR AS parent_span_id,
     CASE WHEN is_disagg THEN {_attrs(_front(_DISAGG_FRONT))} ELSE {_attrs(_front(_WORKER_FRONT))} END AS attrs,
-    CASE WHEN NOT is_disagg AND {{kind_role}} IS NULL THEN inferred END AS vote,
+    CASE WHEN NOT is_disagg AND file_kind_role IS NULL THEN inferred END AS vote,
     is_disagg, r.ctx_server,
     -- the ids as Record.add_id stores them: str() of the value, none when empty
     nullif(r.request_id, '') AS request_id, nullif(r.disagg_request_id, '') AS disagg_request_id,

@@ -210,16 +210,16 @@ _SEVERITY_SQL = " ".join(f"WHEN '{letter}' THEN '{level}'" for letter, level in 
 _PARSERS = "-9223372036854775808"
 _SELECT = f"""
 WITH stripped AS (
-    SELECT f, idx, start, raw,
+    SELECT f, idx, start, raw, offset_s,
         regexp_replace(CASE WHEN contains(raw, chr(27)) THEN regexp_replace(raw, '{bulk_sql.re2(_ANSI)}', '', 'g') ELSE raw END,
                        '{bulk_sql.re2(_LAUNCHER_LABEL)}', '') AS t
-    FROM (SELECT f, idx, start, rtrim(line, chr(13) || chr(10)) AS raw FROM {{lines}})
+    FROM (SELECT f, idx, start, {{offset_s}} AS offset_s, rtrim(line, chr(13) || chr(10)) AS raw FROM {{lines}})
 ), stamped AS (
     SELECT *, regexp_extract(t, '{bulk_sql.re2(_STAMP)}', 0) AS stamp FROM stripped
 ), timed AS (
     SELECT *, substr(t, length(stamp) + 1) AS after_stamp,
         CASE WHEN stamp <> '' AND substr(stamp, 8, 4) BETWEEN '1678' AND '2261'
-             THEN epoch_ns(try_strptime(substr(stamp, 2, 19), '%m/%d/%Y-%H:%M:%S')) - {{offset_s}}::BIGINT * 1000000000 END AS own_time
+             THEN epoch_ns(try_strptime(substr(stamp, 2, 19), '%m/%d/%Y-%H:%M:%S')) - offset_s::BIGINT * 1000000000 END AS own_time
     FROM stamped
 ), tagged AS (
     SELECT *,
