@@ -71,3 +71,26 @@ def test_every_request_built_is_the_request_its_ids_look_up(tj, tmp_path, db):
     assert len(built) == 7
     for trace_id, records in built:
         assert _looked_up(db, trace_id) == [records], trace_id
+
+
+def test_a_record_that_carries_only_a_collided_key_is_shown_in_the_requests_its_time_falls_in(tj, tmp_path):
+    """Dynamo's request-trace rows carry the internal id and no trace: with a client-chosen id two
+    overlapping requests share, such a row is shown in both, marked ambiguous; the row of a third
+    request with the same id, seconds later, only in its own."""
+    sample = DynamoSample()
+    shared = "0b7c6f1e-1d2a-4c3b-9e8f-7a6b5c4d3e2f"
+    for offset_ms, label in ((0, "first"), (4, "second"), (5000, "third")):
+        sample.add(request_id=shared, offset_ms=offset_ms, x_request_id=label)
+    _store_of(tmp_path, tj, sample)
+
+    result = tj("lookup", shared, "--json").json()
+    by_label = {q["ids"]["x_request_id"][0]: q["records"] for q in result["requests"]}
+    assert sorted(by_label) == ["first", "second", "third"]
+    ambiguous = {label: [(r["time"], r["source"]) for r in records if r.get("ambiguous")]
+                 for label, records in by_label.items()}
+    assert ambiguous["third"] == []
+    assert ambiguous["first"] and ambiguous["first"] == ambiguous["second"]
+    assert {source for _, source in ambiguous["first"]} == {"dynamo_request_trace"}
+    third_rows = [r for r in by_label["third"] if r["source"] == "dynamo_request_trace"]
+    assert len(third_rows) == 1, "the third request's own row, placed by its time"
+    assert any("marked ambiguous" in w for w in result["warnings"])
