@@ -57,3 +57,16 @@ def by_position(db) -> dict[str, list[tuple]]:
             "quarantine": con.execute(TABLES["quarantine"]).fetchall(),
             "worker_names": con.execute(TABLES["worker_names"]).fetchall(),
         }
+
+
+# A child process that ingests with small stages, so one run holds many bulk transactions (for
+# conftest.kill_9_at_random_moments): `python -c INGEST_IN_SMALL_STAGES DB FILES...`.
+INGEST_IN_SMALL_STAGES = """
+import sys
+from tracejoin.collector import bulk, ingest
+bulk.CHUNK_BYTES = 20_000
+ingest.BULK_BATCH_RECORDS = 300
+from tracejoin.cli.__main__ import run
+sys.argv = ["trace-join", "ingest", "--db", sys.argv[1], *sys.argv[2:]]
+run()
+"""

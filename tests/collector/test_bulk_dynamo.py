@@ -19,7 +19,7 @@ from tracejoin.collector.sources import bulk_sql, dynamo_jsonl
 from tracejoin.collector.store import open_store
 
 from ..conftest import kill_9_at_random_moments
-from .bulk_alike import assert_same, by_position, ingest_both_ways, stored
+from .bulk_alike import INGEST_IN_SMALL_STAGES, assert_same, by_position, ingest_both_ways, stored
 
 UUID = "0b7e5a2c-3f41-4d2e-9c1a-7f00e2d4b6a1"
 
@@ -187,18 +187,6 @@ def test_python_classes_read_in_duckdb_as_in_python():
         assert got == expected, cls
 
 
-# A child that ingests with small stages, so one run holds many bulk transactions.
-_INGEST_IN_SMALL_STAGES = """
-import sys
-from tracejoin.collector import bulk, ingest
-bulk.CHUNK_BYTES = 20_000
-ingest.BULK_BATCH_RECORDS = 300
-from tracejoin.cli.__main__ import run
-sys.argv = ["trace-join", "ingest", "--db", sys.argv[1], *sys.argv[2:]]
-run()
-"""
-
-
 def test_kill_9_at_any_moment_of_a_bulk_ingest_loses_and_repeats_nothing(tmp_path, monkeypatch):
     """Each stage is written in one transaction with the positions its files reach: killed at any
     moment and run again, the bulk ingest ends with the store reading every line once gives."""
@@ -208,7 +196,7 @@ def test_kill_9_at_any_moment_of_a_bulk_ingest_loses_and_repeats_nothing(tmp_pat
     files = sample.write(tmp_path / "logs")
     paths = [str(files[name]) for name in ("frontend", "prefill", "decode")]
     db = tmp_path / "bulk.duckdb"
-    argv = [sys.executable, "-c", _INGEST_IN_SMALL_STAGES, str(db), *paths]
+    argv = [sys.executable, "-c", INGEST_IN_SMALL_STAGES, str(db), *paths]
     committed_at_kills = kill_9_at_random_moments(argv, db, seed=3, kills=10, wait_s=0.8)
     with monkeypatch.context() as m:
         m.setattr(dynamo_jsonl, "BULK", None)

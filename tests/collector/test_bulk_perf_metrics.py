@@ -10,13 +10,17 @@ from __future__ import annotations
 
 import json
 import random
+import sys
 
 import pytest
 
 from tracejoin.collector import bulk
+from tracejoin.collector.ingest import Ingester
 from tracejoin.collector.sources import perf_metrics_jsonl
+from tracejoin.collector.store import open_store
 
-from .bulk_alike import assert_same, ingest_both_ways
+from ..conftest import kill_9_at_random_moments
+from .bulk_alike import INGEST_IN_SMALL_STAGES, assert_same, by_position, ingest_both_ways
 from .test_trtllm_perf_metrics import DISAGG_A, DISAGG_B, compact, disagg_line, file_name, timing, worker_line
 
 
@@ -173,3 +177,24 @@ def test_a_file_whose_records_tie_takes_the_disaggregated_role_whatever_their_or
         for line in order:
             parser.parse(line)
         assert parser.role == "gen"
+
+
+def test_kill_9_at_any_moment_of_a_bulk_ingest_loses_and_repeats_nothing(tmp_path, monkeypatch):
+    """Each stage, with the positions its files reach and the roles their records voted for, is one
+    transaction: killed at any moment and run again, the ingest of several files in shared stages
+    ends with the store that reading every line once gives."""
+    files = {name: lines * 25 for name, lines in sample().items()}
+    paths = write(tmp_path / "perf", files)
+    db = tmp_path / "bulk.duckdb"
+    argv = [sys.executable, "-c", INGEST_IN_SMALL_STAGES, str(db), *paths]
+    committed_at_kills = kill_9_at_random_moments(argv, db, seed=7, kills=8, wait_s=0.8)
+    with monkeypatch.context() as m:
+        m.setattr(perf_metrics_jsonl, "BULK", None)
+        with open_store(tmp_path / "lines.duckdb") as store:
+            Ingester(store).ingest_paths(paths)
+    lines = sum(len(v) for v in files.values())
+    assert any(0 < n < lines for n in committed_at_kills), committed_at_kills
+    assert by_position(db) == by_position(tmp_path / "lines.duckdb")
+    roles = "SELECT path, worker, role FROM origins ORDER BY path"
+    with open_store(db, read_only=True) as a, open_store(tmp_path / "lines.duckdb", read_only=True) as b:
+        assert a.con.execute(roles).fetchall() == b.con.execute(roles).fetchall()
