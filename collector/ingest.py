@@ -196,6 +196,7 @@ class Ingester:
         self._bulk = bulk.BulkReader(store, self._reached)  # what was staged to be read in bulk
         self._bulk_lines = batch_records or BULK_BATCH_RECORDS
         self._aliases: dict[str, str] = {}  # other names of workers, learned since the last commit
+        self._states: dict[int, dict] = {}  # what parsers learned of their files (state()), by origin
 
     def ingest_paths(self, paths: list[str]) -> IngestResult:
         """Read the files, many small ones into one transaction. StoreFull when the disk fills up,
@@ -265,6 +266,9 @@ class Ingester:
         parser = module.LineParser(str(path), **given)
         if origin.worker:
             parser.worker, parser.role = origin.worker, origin.role
+        state = self.store.parser_state(origin.origin_id) if hasattr(parser, "restore") else None
+        if state is not None:
+            parser.restore(state)
         return parser
 
     def _origin_for(self, path: Path, source: str, head: bytes, compressed: bool) -> Origin:
@@ -345,6 +349,9 @@ class Ingester:
         origin.consumed, origin.lines = consumed, line_no
         origin.worker, origin.role = parser.worker, parser.role
         self._aliases.update(getattr(parser, "aliases", {}))
+        state = parser.state() if hasattr(parser, "state") else None
+        if state is not None:
+            self._states[origin.origin_id] = state
 
     def _commit(self, result: IngestResult) -> None:
         """Write what was read: the staged lines, or the batch read line by line."""
@@ -363,10 +370,11 @@ class Ingester:
             summary.quarantined += quarantined
         for source, records in (rows.records_by_source.items() if rows else ()):
             result.by_source.setdefault(source, SourceSummary()).records += records
-        aliases = [("INSERT OR REPLACE INTO worker_aliases VALUES (?, ?)", [alias, worker])
-                   for alias, worker in self._aliases.items()]
-        self._aliases = {}
-        quarantined = self.store.write_batch(batch, also=aliases, bulk=rows)
+        also = [("INSERT OR REPLACE INTO worker_aliases VALUES (?, ?)", [alias, worker])
+                for alias, worker in self._aliases.items()]
+        also += [self.store.parser_state_statement(origin_id, state) for origin_id, state in self._states.items()]
+        self._aliases, self._states = {}, {}
+        quarantined = self.store.write_batch(batch, also=also, bulk=rows)
         for i in range(min(quarantined.num_rows, 5 - len(result.quarantine_samples))):
             q = quarantined.slice(i, 1).to_pylist()[0]
             result.quarantine_samples.append(f"{q['path']}:{q['line_no']} (byte {q['offset']}): {q['reason']}")

@@ -9,6 +9,7 @@ position that runs ahead of what was stored.
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Iterator, Sequence
@@ -423,6 +424,17 @@ class Store:
     def _settle_worker_names(self, first_record_id: int) -> None:
         self.con.execute(NEW_WORKER_NAMES, {"first": first_record_id})
         self.con.execute(SETTLE_WORKER_NAMES)
+
+    # What a parser learned of its file beyond its worker and role (the role votes of a file whose
+    # records decide it), kept with the file's position: in the same transaction (Store.write_batch's
+    # `also`), so a file read in parts is read as if whole.
+    def parser_state(self, origin_id: int) -> dict | None:
+        row = self.con.execute("SELECT value FROM meta WHERE key = ?", [f"parser_state:{origin_id}"]).fetchone()
+        return json.loads(row[0]) if row else None
+
+    @staticmethod
+    def parser_state_statement(origin_id: int, state: dict) -> tuple[str, list]:
+        return "INSERT OR REPLACE INTO meta VALUES (?, ?)", [f"parser_state:{origin_id}", json.dumps(state)]
 
     def allocate_record_ids(self, n: int) -> int:
         """First of n consecutive record ids; one writer per database, so a counter suffices."""

@@ -16,6 +16,10 @@ A module provides:
                                                  .worker / .role: identity learned for the file;
                                                  .aliases (optional): {other name: worker} of
                                                  processes the file names two ways
+    .state() / .restore(state) (optional)        what the parser learned of its file beyond
+                                                 .worker and .role (a dict), stored with the
+                                                 file's position and given back when the file is
+                                                 read on, so a file read in parts reads as whole
     BULK: bulk_sql.Rules (optional)              the same reading as SQL over a stage of lines,
                                                  which collector/bulk.py runs; its LineParser
                                                  then also has .scope (the worker its engine ids

@@ -74,7 +74,58 @@ def sniff(path: str, head: list[bytes]) -> bool:
     return all(_RECORD_LINE.match(line) and b'"schema"' not in line for line in head)
 
 
-class LineParser:
+class RoleVotes:
+    """A process has one role: the one most of its records suggest. One record alone can mislead
+    — a warm-up request sent straight to a generation worker looks aggregated, a one-token
+    generation looks like a context request. On a tie a disaggregated role (`worker`: one whose
+    side is not known) wins over `agg`, and `gen` over `ctx`, whatever order the records came in
+    (lines read in bulk are counted together, collector/bulk.py)."""
+
+    _TIE_ORDER = ("gen", "ctx", "worker", "agg")
+
+    def __init__(self):
+        self._votes: Counter = Counter()
+
+    def vote(self, role: str | None) -> str | None:
+        if role:
+            self._votes[role] += 1
+        return self.leader
+
+    def learn(self, votes: Counter) -> str | None:
+        self._votes.update(votes)
+        return self.leader
+
+    @property
+    def counts(self) -> dict[str, int]:
+        return dict(self._votes)
+
+    @property
+    def leader(self) -> str | None:
+        if not self._votes:
+            return None
+        return max(self._votes, key=lambda role: (self._votes[role], -self._TIE_ORDER.index(role)))
+
+
+class RoleFromVotes:
+    """What a parser whose file takes the role its records vote for (its `_votes`, RoleVotes) keeps
+    across reads: the votes, stored with the file's position (`state`, `restore`, collector/ingest.py),
+    so a file read in parts (it grew, or a read was cut short) takes the role a whole read gives;
+    and the votes of the lines collector/bulk.py read (`learn`)."""
+
+    _votes: RoleVotes
+    role: str | None
+
+    def learn(self, votes: Counter) -> None:
+        self.role = self._votes.learn(votes)
+
+    def state(self) -> dict | None:
+        return {"role_votes": self._votes.counts} if self._votes.counts else None
+
+    def restore(self, state: dict) -> None:
+        self.learn(Counter(state.get("role_votes", {})))
+
+
+class LineParser(RoleFromVotes):
     def __init__(self, path: str):
         m = FILE_NAME.match(os.path.basename(path))
         self._process_start = None
@@ -101,10 +152,6 @@ class LineParser:
 
     def carry(self, time_ns: int | None) -> None:
         pass  # a perf record has no wall time to carry
-
-    def learn(self, votes: Counter) -> None:
-        if self._kind_role is None:
-            self.role = self._votes.learn(votes)
 
     def bulk_settings(self) -> dict[str, str]:
         return {"worker": _sql_literal(self.worker), "process_start": _sql_literal(self._process_start),
@@ -168,34 +215,6 @@ def infer_worker_role(item: dict) -> str | None:
     if not isinstance(first, (int, float)) or not isinstance(last, (int, float)) or not first or not last:
         return None
     return "ctx" if last == first else "gen"
-
-
-class RoleVotes:
-    """A process has one role: the one most of its records suggest. One record alone can mislead
-    — a warm-up request sent straight to a generation worker looks aggregated, a one-token
-    generation looks like a context request. On a tie a disaggregated role (`worker`: one whose
-    side is not known) wins over `agg`, and `gen` over `ctx`, whatever order the records came in
-    (lines read in bulk are counted together, collector/bulk.py)."""
-
-    _TIE_ORDER = ("gen", "ctx", "worker", "agg")
-
-    def __init__(self):
-        self._votes: Counter = Counter()
-
-    def vote(self, role: str | None) -> str | None:
-        if role:
-            self._votes[role] += 1
-        return self.leader
-
-    def learn(self, votes: Counter) -> str | None:
-        self._votes.update(votes)
-        return self.leader
-
-    @property
-    def leader(self) -> str | None:
-        if not self._votes:
-            return None
-        return max(self._votes, key=lambda role: (self._votes[role], -self._TIE_ORDER.index(role)))
 
 
 # -- disaggregated-server records ------------------------------------------------------------

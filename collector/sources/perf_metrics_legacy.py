@@ -32,7 +32,7 @@ import re
 
 from ..records import Record
 from .parsing import Unparseable, load_json, worker_from_path
-from .perf_metrics_jsonl import RoleVotes, disagg_record, infer_worker_role, is_disagg_record, worker_record
+from .perf_metrics_jsonl import RoleFromVotes, RoleVotes, disagg_record, infer_worker_role, is_disagg_record, worker_record
 
 NAME = "perf_metrics_legacy"
 # Nothing in the file names its process: the user can (`trace-join ingest --worker`).
@@ -52,7 +52,7 @@ def sniff(path: str, head: list[bytes]) -> bool:
     return "perf_metrics" in os.path.basename(path) and all(line.strip() == b"[]" for line in head)
 
 
-class LineParser:
+class LineParser(RoleFromVotes):
     def __init__(self, path: str, worker: str | None = None, role: str | None = None):
         self.worker = worker or worker_from_path(path)
         self.role = role

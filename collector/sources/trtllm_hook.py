@@ -32,7 +32,7 @@ import re
 from ..ids import DISAGG_REQUEST_ID, ENGINE_REQUEST_ID
 from ..records import Record
 from .parsing import Unparseable, field, iso_to_ns, load_object, worker_from_path
-from .perf_metrics_jsonl import RoleVotes
+from .perf_metrics_jsonl import RoleFromVotes, RoleVotes
 
 NAME = "trtllm_hook"
 
@@ -55,7 +55,7 @@ def worker_of(path: str) -> str:
     return f"{host}:{m.group(1)}"
 
 
-class LineParser:
+class LineParser(RoleFromVotes):
     def __init__(self, path: str):
         self.worker = worker_of(path)
         self.role: str | None = None

@@ -198,3 +198,30 @@ def test_kill_9_at_any_moment_of_a_bulk_ingest_loses_and_repeats_nothing(tmp_pat
     roles = "SELECT path, worker, role FROM origins ORDER BY path"
     with open_store(db, read_only=True) as a, open_store(tmp_path / "lines.duckdb", read_only=True) as b:
         assert a.con.execute(roles).fetchall() == b.con.execute(roles).fetchall()
+
+
+@pytest.mark.parametrize("in_bulk", [True, False], ids=["in bulk", "line by line"])
+def test_a_file_read_as_it_grows_takes_the_role_its_whole_records_give(tmp_path, monkeypatch, in_bulk):
+    """Thirty records that look aggregated, then twenty that look like generation: the file's role
+    is `agg` whether it is read whole or read on after each part was written (as a collector tails
+    it), since the votes are kept with the file's position."""
+    agg = [worker_line(i, timing(10.0 + i)) for i in range(30)]
+    gen = [worker_line(30 + i, timing(50.0 + i), ctx_request_id=i, disagg_request_id=DISAGG_A + i) for i in range(20)]
+    name = file_name("server", "gpu-node-4", 55)
+    if not in_bulk:
+        monkeypatch.setattr(perf_metrics_jsonl, "BULK", None)
+
+    def role(db) -> str:
+        with open_store(db, read_only=True) as store:
+            return store.con.execute("SELECT role FROM origins").fetchone()[0]
+
+    [whole] = write(tmp_path / "whole", {name: agg + gen})
+    with open_store(tmp_path / "whole.duckdb") as store:
+        Ingester(store).ingest_paths([whole])
+    [grown] = write(tmp_path / "grown", {name: agg})
+    for part in ([], gen):
+        with open(grown, "ab") as f:
+            f.write(b"".join(line + b"\n" for line in part))
+        with open_store(tmp_path / "grown.duckdb") as store:
+            Ingester(store).ingest_paths([grown])
+    assert role(tmp_path / "whole.duckdb") == role(tmp_path / "grown.duckdb") == "agg"
