@@ -100,6 +100,16 @@ class LineParser:
         """The time the lines before left, for a line without its own (collector/bulk.py)."""
         self._last_time_ns = time_ns
 
+    def state(self) -> dict:
+        """What reading on from the file's position needs beside its worker and role
+        (collector/ingest.py): the time an untimed line takes, and the parts of the worker's name
+        learned so far."""
+        return {"last_time_ns": self._last_time_ns, "component": self._component, "instance_id": self._instance_id}
+
+    def restore(self, state: dict) -> None:
+        self._last_time_ns = state.get("last_time_ns")
+        self._component, self._instance_id = state.get("component"), state.get("instance_id")
+
     def parse(self, line: bytes) -> list[Record]:
         stripped = line.strip()
         if stripped.startswith(b"{"):

@@ -103,6 +103,14 @@ class LineParser:
         """The time the lines before left, for a line without its own (collector/bulk.py)."""
         self._last_time_ns = time_ns
 
+    def state(self) -> dict:
+        """What reading on from the file's position needs beside its worker and role
+        (collector/ingest.py): the time an untimed line (a traceback's) takes."""
+        return {"last_time_ns": self._last_time_ns}
+
+    def restore(self, state: dict) -> None:
+        self._last_time_ns = state.get("last_time_ns")
+
     def bulk_settings(self) -> dict[str, str] | None:
         """The zone's offset for BULK's select; None for a zone that follows daylight saving (or
         cannot be read), whose lines are read one by one."""

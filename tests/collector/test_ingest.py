@@ -6,6 +6,7 @@ import gzip
 import shutil
 
 import duckdb
+import pytest
 
 from tracejoin.cli.demo.dynamo_formats import DynamoSample
 
@@ -61,6 +62,55 @@ def test_a_file_that_grew_is_read_from_where_it_stopped(tj, tmp_path, db):
     assert tj("ingest", frontend).code == 0
     assert count(db) == len(lines)
     assert count(db, "SELECT count(DISTINCT (origin_id, \"offset\")) FROM records") == len(lines)
+
+
+DYNAMO_LINES = [
+    b'{"time":"2026-09-02T15:50:01.770028Z","level":"INFO","target":"dynamo_runtime::worker",'
+    b'"message":"FPM direct publisher started","worker_id":7587888880384150231}',
+    b'{"time":"2026-09-02T15:50:02.000000Z","level":"INFO","target":"dynamo_runtime","message":'
+    b'"Registered endpoint \'dynamo.backend.generate\' with instance_id 7587888880384150231"}',
+    b'{"time":"2026-09-02T15:50:03.250000Z","level":"ERROR","target":"dynamo_llm","message":"engine failed"}',
+]
+TRTLLM_LINES = [
+    b"[09/02/2026-15:50:01] [TRT-LLM] [I] Starting TensorRT-LLM init.",
+    b"[09/02/2026-15:50:03] [TRT-LLM] [E] Error in request 3",
+]
+TRACEBACK = [b"Traceback (most recent call last):", b'  File "/app/x.py", line 3, in f', b"RuntimeError: boom"]
+
+
+def untimed_times(db) -> set:
+    """The times of the traceback's records."""
+    with duckdb.connect(str(db), read_only=True) as con:
+        return set(con.execute("SELECT DISTINCT time_ns FROM records WHERE name LIKE 'Traceback%' "
+                               "OR name LIKE '  File%' OR name LIKE 'RuntimeError%'").fetchall())
+
+
+@pytest.mark.parametrize("lines, name", [(DYNAMO_LINES, "backend.stderr.jsonl"), (TRTLLM_LINES, "h_1/worker.log")],
+                         ids=["dynamo", "trtllm"])
+def test_a_file_read_on_keeps_what_its_parser_learned(tj, tmp_path, db, lines, name):
+    """A traceback written after the file was last read takes the time of the line before it, and
+    the worker keeps its name when a later line names it again (Dynamo's publisher line), as in a
+    file read whole: the parser's state is stored with the file's position."""
+    later = TRACEBACK + lines[:1]
+    whole = tmp_path / "whole" / name
+    whole.parent.mkdir(parents=True)
+    whole.write_bytes(b"\n".join(lines + later) + b"\n")
+    assert tj("ingest", whole, "--db", tmp_path / "whole.duckdb", with_db=False).code == 0
+
+    grown = tmp_path / "grown" / name
+    grown.parent.mkdir(parents=True)
+    grown.write_bytes(b"\n".join(lines) + b"\n")
+    assert tj("ingest", grown).code == 0
+    with open(grown, "ab") as f:
+        f.write(b"\n".join(later) + b"\n")
+    assert tj("ingest", grown).code == 0
+
+    expected = untimed_times(tmp_path / "whole.duckdb")
+    assert len(expected) == 1 and None not in expected
+    assert untimed_times(db) == expected
+    workers = "SELECT DISTINCT coalesce(r.worker, o.worker), o.worker FROM records r JOIN origins o USING (origin_id)"
+    with duckdb.connect(str(db), read_only=True) as a, duckdb.connect(str(tmp_path / "whole.duckdb"), read_only=True) as b:
+        assert a.execute(workers).fetchall() == b.execute(workers).fetchall()
 
 
 def test_gzip_files_are_read(tj, tmp_path, db):
