@@ -372,7 +372,8 @@ class Ingester:
             result.by_source.setdefault(source, SourceSummary()).records += records
         also = [("INSERT OR REPLACE INTO worker_aliases VALUES (?, ?)", [alias, worker])
                 for alias, worker in self._aliases.items()]
-        also += [self.store.parser_state_statement(origin_id, state) for origin_id, state in self._states.items()]
+        if self._states:
+            also.append(self.store.parser_states_statement(self._states))
         self._aliases, self._states = {}, {}
         quarantined = self.store.write_batch(batch, also=also, bulk=rows)
         for i in range(min(quarantined.num_rows, 5 - len(result.quarantine_samples))):

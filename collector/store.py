@@ -433,8 +433,10 @@ class Store:
         return json.loads(row[0]) if row else None
 
     @staticmethod
-    def parser_state_statement(origin_id: int, state: dict) -> tuple[str, list]:
-        return "INSERT OR REPLACE INTO meta VALUES (?, ?)", [f"parser_state:{origin_id}", json.dumps(state)]
+    def parser_states_statement(states: dict[int, dict]) -> tuple[str, list]:
+        """One statement storing the states of many origins (a batch of small files has thousands)."""
+        return ("INSERT OR REPLACE INTO meta SELECT unnest(?::VARCHAR[]), unnest(?::VARCHAR[])",
+                [[f"parser_state:{origin_id}" for origin_id in states], [json.dumps(s) for s in states.values()]])
 
     def allocate_record_ids(self, n: int) -> int:
         """First of n consecutive record ids; one writer per database, so a counter suffices."""
