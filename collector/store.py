@@ -429,8 +429,9 @@ class Store:
     # records decide it), kept with the file's position: in the same transaction (Store.write_batch's
     # `also`), so a file read in parts is read as if whole.
     def parser_state(self, origin_id: int) -> dict | None:
-        row = self.con.execute("SELECT value FROM meta WHERE key = ?", [f"parser_state:{origin_id}"]).fetchone()
-        return json.loads(row[0]) if row else None
+        # fetchall: a result left unread would stop the Arrow tables registered after it (bulk.py)
+        rows = self.con.execute("SELECT value FROM meta WHERE key = ?", [f"parser_state:{origin_id}"]).fetchall()
+        return json.loads(rows[0][0]) if rows else None
 
     @staticmethod
     def parser_states_statement(states: dict[int, dict]) -> tuple[str, list]:
