@@ -118,3 +118,28 @@ def test_the_files_query_says_how_far_each_watched_file_is_read(collector, tmp_p
     with open(app, "ab") as f:
         f.write(torn[20:])
     wait_until(lambda: read_to() == {str(app): ("tracejoin_jsonl", len(complete) + len(torn))}, what="the whole file")
+
+
+def dynamo_line(n: int) -> bytes:
+    """One Dynamo JSONL line (read in bulk), numbered `n`."""
+    return orjson.dumps({"time": f"2026-09-02T15:50:{n % 60:02d}.000000Z", "level": "INFO",
+                         "target": "dynamo_runtime", "message": "tick", "n": str(n)}) + b"\n"
+
+
+def test_a_file_read_in_bulk_is_followed_as_it_grows(collector, tmp_path, db):
+    """Each turn reads on with the parser's state as the last turn left it, then stages the lines
+    for DuckDB: the file's records arrive whole at every turn."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    app = logs / "frontend.stderr.jsonl"
+    expected: Counter = Counter()
+    c = None
+    for turn in range(3):
+        with open(app, "ab") as f:
+            f.write(b"".join(dynamo_line(turn * 100 + i) for i in range(50)))
+        expected.update(str(turn * 100 + i) for i in range(50))
+        if c is None:
+            c = collector("--watch", logs, "--snapshot-interval", "0.2")
+        wait_until(lambda: Counter(dict(c.snapshot_query(STORED_N))) == expected, what=f"turn {turn}")
+    assert c.terminate() == 0
+    assert "Error" not in c.stderr(), c.stderr()
