@@ -284,6 +284,7 @@ def _stage(con, pieces: list[_Piece]) -> tuple[dict[int, list[int]], dict[int, p
     file = pieces[0].file
     rules = file.rules
     select, staged_lines = _with_settings(rules.select, pieces)
+    con.complete()  # a result a caller left unread would refuse the registering (as Store's _registered)
     con.register("bulk_lines", pa.Table.from_batches(batches, _LINES_SCHEMA))
     wrapped = _wrap_json_lines(pieces, rules.json_columns) if rules.json_columns else None
     # The rows carry their place (f, idx), so they may come in any order: on every thread.
