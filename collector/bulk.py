@@ -48,7 +48,7 @@ import pyarrow.compute as pc
 from .duckdb_engine import duckdb
 from .lines import read_line
 from .records import RECORDS_SCHEMA, BatchBuilder
-from .sources.bulk_sql import MACROS, Rules
+from .sources.bulk_sql import MACROS, Rules, literal
 from .store import BulkRows, Origin, Store
 
 CHUNK_BYTES = 16 << 20  # a file is cut into pieces of about this; splitting one copies it for a moment
@@ -343,16 +343,17 @@ def _wrap_json_lines(pieces: list[_Piece], columns: str):
                 continue
             data, starts = piece.sent or piece.data, piece.starts
             unsent = set(piece.unsent)
-            out.write(b"".join(
-                b'{"f":%d,"idx":%d,"r":%s}\n' % (k, i, data[starts[i]:starts[i + 1]].rstrip(b"\n"))
-                for i in range(piece.lines)
-                if i not in unsent and data[starts[i]:starts[i + 1]].strip()))
+            wrapped = []
+            for i in range(piece.lines):
+                line = data[starts[i]:starts[i + 1]]
+                if i not in unsent and line and not line.isspace():
+                    wrapped.append(b'{"f":%d,"idx":%d,"r":%s}\n' % (k, i, line.rstrip(b"\n")))
+            out.write(b"".join(wrapped))
     return out
 
 
 def _read_json(path: str, columns: str) -> str:
-    quoted = path.replace("'", "''")
-    return (f"(SELECT f, idx, r FROM read_json('{quoted}', format = 'newline_delimited', "
+    return (f"(SELECT f, idx, r FROM read_json({literal(path)}, format = 'newline_delimited', "
             f"columns = {{'f': 'INTEGER', 'idx': 'INTEGER', 'r': '{columns}'}}))")
 
 

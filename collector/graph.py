@@ -152,15 +152,15 @@ class IdGraph:
                 if n.trace_id and n.parent_span_id:
                     values.append(f"{n.trace_id}/{n.parent_span_id}")
             self.rows_for(values)
-            frontier = [nb for r in frontier for nb in self._reach(self.nodes[r]) if nb not in seen]
+            # dict.fromkeys: a record two of the frontier reach is walked from once
+            frontier = list(dict.fromkeys(nb for r in frontier for nb in self._reach(self.nodes[r]) if nb not in seen))
             seen.update(frontier)
         return seen
 
     def requests(self, seeds: list[int]) -> list[Request]:
         """The requests these records belong to, in order of their first record; each record's
         worker as settled within its request (`Node.record["worker"]`)."""
-        scope = self._closure(seeds)
-        self.load(scope)
+        scope = self._closure(seeds)  # every record of it loaded by the walk
         grouped = group_records(self.store, [self.nodes[r].record for r in sorted(scope)])
         for r, worker in grouped.worker_of.items():
             self.nodes[r].record["worker"] = worker

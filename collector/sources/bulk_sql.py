@@ -67,6 +67,11 @@ CREATE OR REPLACE TEMP MACRO read_as_orjson(line, keys, written) AS
 """
 
 
+def literal(value: str | None) -> str:
+    """A text as an SQL literal (a parser's bulk_settings(), a file's path)."""
+    return "NULL::VARCHAR" if value is None else "'" + value.replace("'", "''") + "'"
+
+
 def re2(pattern: re.Pattern) -> str:
     """A Python pattern as DuckDB's regular expressions (RE2) read it, quoted for SQL. `\\d` and
     `\\s` are Unicode classes in Python unless the pattern is compiled with re.ASCII, and RE2 knows

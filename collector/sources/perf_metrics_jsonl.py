@@ -154,8 +154,8 @@ class LineParser(RoleFromVotes):
         pass  # a perf record has no wall time to carry
 
     def bulk_settings(self) -> dict[str, str]:
-        return {"worker": _sql_literal(self.worker), "process_start": _sql_literal(self._process_start),
-                "kind_role": _sql_literal(self._kind_role)}
+        return {"worker": bulk_sql.literal(self.worker), "process_start": bulk_sql.literal(self._process_start),
+                "kind_role": bulk_sql.literal(self._kind_role)}
 
     def parse(self, line: bytes) -> list[Record]:
         obj = load_object(line)
@@ -323,10 +323,6 @@ def _seconds(obj: dict, key: str) -> float | None:
 def _earliest(timing: dict, *keys: str) -> float | None:
     present = [timing[k] for k in keys if timing.get(k) is not None]
     return min(present) if present else None
-
-
-def _sql_literal(value: str | None) -> str:
-    return "NULL::VARCHAR" if value is None else "'" + value.replace("'", "''") + "'"
 
 
 # -- the same lines in bulk (collector/bulk.py) ----------------------------------------------------
