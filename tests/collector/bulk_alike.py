@@ -3,11 +3,15 @@ module's BULK) and line by line (its LineParser alone), and every table of the t
 
 from __future__ import annotations
 
+import sys
+
 import duckdb
 
 from tracejoin.collector import bulk, ingest
 from tracejoin.collector.ingest import Ingester
 from tracejoin.collector.store import open_store
+
+from ..conftest import kill_9_at_random_moments
 
 # Every table ingest writes, without the columns that say when rather than what.
 TABLES = {
@@ -39,6 +43,31 @@ def ingest_both_ways(tmp_path, files: list[str], monkeypatch, module, *, small: 
         with open_store(tmp_path / "lines.duckdb") as store:
             Ingester(store).ingest_paths(files)
     return stored(tmp_path / "bulk.duckdb"), stored(tmp_path / "lines.duckdb")
+
+
+def write_files(folder, files: dict[str, list[bytes]], *, last_newline: bool = True) -> list[str]:
+    """Each file's lines under `folder` (its name may hold folders); the paths written."""
+    paths = []
+    for name, lines in files.items():
+        path = folder / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"\n".join(lines) + (b"\n" if last_newline else b""))
+        paths.append(str(path))
+    return paths
+
+
+def killed_and_read_whole(tmp_path, monkeypatch, module, paths: list[str], *, seed: int, kills: int):
+    """The files ingested in small bulk stages by a process killed with SIGKILL at random
+    moments and run again to its end (bulk.duckdb), and line by line in one run (lines.duckdb):
+    the two stores, and the records committed at each kill."""
+    db = tmp_path / "bulk.duckdb"
+    argv = [sys.executable, "-c", INGEST_IN_SMALL_STAGES, str(db), *paths]
+    committed_at_kills = kill_9_at_random_moments(argv, db, seed=seed, kills=kills, wait_s=0.8)
+    with monkeypatch.context() as m:
+        m.setattr(module, "BULK", None)
+        with open_store(tmp_path / "lines.duckdb") as store:
+            Ingester(store).ingest_paths(paths)
+    return db, tmp_path / "lines.duckdb", committed_at_kills
 
 
 def assert_same(in_bulk: dict, by_line: dict) -> None:

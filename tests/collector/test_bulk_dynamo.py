@@ -18,8 +18,7 @@ from tracejoin.collector.ingest import Ingester
 from tracejoin.collector.sources import bulk_sql, dynamo_jsonl
 from tracejoin.collector.store import open_store
 
-from ..conftest import kill_9_at_random_moments
-from .bulk_alike import INGEST_IN_SMALL_STAGES, assert_same, by_position, ingest_both_ways, stored
+from .bulk_alike import assert_same, by_position, ingest_both_ways, killed_and_read_whole, stored
 
 UUID = "0b7e5a2c-3f41-4d2e-9c1a-7f00e2d4b6a1"
 
@@ -195,14 +194,9 @@ def test_kill_9_at_any_moment_of_a_bulk_ingest_loses_and_repeats_nothing(tmp_pat
         sample.add(offset_ms=i * 5, x_request_id=f"x-{i}")
     files = sample.write(tmp_path / "logs")
     paths = [str(files[name]) for name in ("frontend", "prefill", "decode")]
-    db = tmp_path / "bulk.duckdb"
-    argv = [sys.executable, "-c", INGEST_IN_SMALL_STAGES, str(db), *paths]
-    committed_at_kills = kill_9_at_random_moments(argv, db, seed=3, kills=10, wait_s=0.8)
-    with monkeypatch.context() as m:
-        m.setattr(dynamo_jsonl, "BULK", None)
-        with open_store(tmp_path / "lines.duckdb") as store:
-            Ingester(store).ingest_paths(paths)
-    by_line = stored(tmp_path / "lines.duckdb")
+    db, by_line_db, committed_at_kills = killed_and_read_whole(tmp_path, monkeypatch, dynamo_jsonl, paths,
+                                                               seed=3, kills=10)
+    by_line = stored(by_line_db)
     assert any(0 < n < len(by_line["records"]) for n in committed_at_kills), committed_at_kills
     # Record ids are numbered anew by each run: records are compared by where they were read.
-    assert by_position(db) == by_position(tmp_path / "lines.duckdb")
+    assert by_position(db) == by_position(by_line_db)

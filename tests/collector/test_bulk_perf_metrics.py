@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import random
-import sys
 
 import pytest
 
@@ -19,8 +18,8 @@ from tracejoin.collector.ingest import Ingester
 from tracejoin.collector.sources import perf_metrics_jsonl
 from tracejoin.collector.store import open_store
 
-from ..conftest import kill_9_at_random_moments
-from .bulk_alike import INGEST_IN_SMALL_STAGES, assert_same, by_position, ingest_both_ways
+from .bulk_alike import assert_same, by_position, ingest_both_ways, killed_and_read_whole
+from .bulk_alike import write_files as write
 from .test_trtllm_perf_metrics import DISAGG_A, DISAGG_B, compact, disagg_line, file_name, timing, worker_line
 
 
@@ -109,16 +108,6 @@ def sample() -> dict[str, list[bytes]]:
     }
 
 
-def write(folder, files: dict[str, list[bytes]], *, last_newline: bool = True) -> list[str]:
-    paths = []
-    for name, lines in files.items():
-        path = folder / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(b"\n".join(lines) + (b"\n" if last_newline else b""))
-        paths.append(str(path))
-    return paths
-
-
 def staged(monkeypatch) -> list[tuple[int, int]]:
     """(lines staged, lines left to the parser) of each stage read from now on."""
     stages = []
@@ -185,18 +174,13 @@ def test_kill_9_at_any_moment_of_a_bulk_ingest_loses_and_repeats_nothing(tmp_pat
     ends with the store that reading every line once gives."""
     files = {name: lines * 25 for name, lines in sample().items()}
     paths = write(tmp_path / "perf", files)
-    db = tmp_path / "bulk.duckdb"
-    argv = [sys.executable, "-c", INGEST_IN_SMALL_STAGES, str(db), *paths]
-    committed_at_kills = kill_9_at_random_moments(argv, db, seed=7, kills=8, wait_s=0.8)
-    with monkeypatch.context() as m:
-        m.setattr(perf_metrics_jsonl, "BULK", None)
-        with open_store(tmp_path / "lines.duckdb") as store:
-            Ingester(store).ingest_paths(paths)
+    db, by_line_db, committed_at_kills = killed_and_read_whole(tmp_path, monkeypatch, perf_metrics_jsonl, paths,
+                                                               seed=7, kills=8)
     lines = sum(len(v) for v in files.values())
     assert any(0 < n < lines for n in committed_at_kills), committed_at_kills
-    assert by_position(db) == by_position(tmp_path / "lines.duckdb")
+    assert by_position(db) == by_position(by_line_db)
     roles = "SELECT path, worker, role FROM origins ORDER BY path"
-    with open_store(db, read_only=True) as a, open_store(tmp_path / "lines.duckdb", read_only=True) as b:
+    with open_store(db, read_only=True) as a, open_store(by_line_db, read_only=True) as b:
         assert a.con.execute(roles).fetchall() == b.con.execute(roles).fetchall()
 
 

@@ -16,6 +16,7 @@ from tracejoin.collector.ingest import _bulk_settings
 from tracejoin.collector.sources import trtllm_log
 
 from .bulk_alike import assert_same, ingest_both_ways
+from .bulk_alike import write_files as write
 from .test_trtllm_log import ROUTER_LOG, WORKER_LOG
 
 # Lines of each kind the bulk path must read as the parser does, or leave to it.
@@ -79,16 +80,6 @@ def sample_lines() -> dict[str, list[bytes]]:
         "10.0.0.1_8000/disagg.log": [b"INFO:     Started server process [679]"]
         + [line.encode() for line in ROUTER_LOG] * 3 + worker,
     }
-
-
-def write(folder, files: dict[str, list[bytes]], *, last_newline: bool = True) -> list[str]:
-    paths = []
-    for name, lines in files.items():
-        path = folder / name
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(b"\n".join(lines) + (b"\n" if last_newline else b""))
-        paths.append(str(path))
-    return paths
 
 
 def mutated(lines: list[bytes], rng: random.Random, share: float) -> list[bytes]:
