@@ -19,7 +19,9 @@ class Rules:
         seq) and whatever `ids` reads. A line the parser reads after a row of the stage is told
         that row's time first (its `carry`): what a line leaves to an untimed line after it is
         its record's time. The select may name settings of the file's parser, `{name}`, which
-        its `bulk_settings()` gives.
+        its `bulk_settings()` gives as SQL literals: each stands for a column of `{lines}` holding
+        its file's value, so the files of one stage may differ in them (a value used past the
+        first CTE has to be carried there).
     ids: a SELECT over `{records}` (the rows stored, with their `record_id` and `scope`, the
         parser's scope where it would have read the line) giving each record's ids as
         record_id, kind, value, scope: those Record.add_id and records.py's span edges give.
