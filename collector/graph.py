@@ -19,7 +19,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .id_index import carriers_sql
 from .ids import KEY_KINDS, PARENT_SPAN, SCOPED_KINDS, SERVING_ROLES, SPAN
 from .requests import group_records
 from .store import Store, by_record_ids
@@ -71,6 +70,7 @@ class IdGraph:
         self.con = store.con
         self.nodes: dict[int, Node] = {}
         self._rows: dict[str, list[tuple[int, str, str | None]]] = {}  # value -> (record, kind, scope)
+        self._ids: dict[int, list[tuple[str, str, str | None]]] = {}  # record -> (kind, value, scope as stored)
         self.warnings: list[str] = []
         # A scope (the worker an engine id belongs to) under the process's main name, so an engine
         # id named by a perf file (host:pid) and by the middleware (host:port) is one key.
@@ -89,24 +89,35 @@ class IdGraph:
             self._rows[v] = []
         for i in range(0, len(missing), _CHUNK):
             chunk = missing[i:i + _CHUNK]
-            found = [r for (r,) in self.con.execute(_found_query(len(chunk)), chunk).fetchall()]
-            if not found:
-                continue
-            carriers = by_record_ids(carriers_sql("{}", ",".join("?" * len(chunk))), found)
-            branches = carriers.count("?") // len(chunk)  # each asks for the chunk's values
-            for record_id, kind, value, scope in self.con.execute(carriers, chunk * branches).fetchall():
-                self._rows[value].append((record_id, kind, self._aliases.get(scope, scope)))
+            found = {r for (r,) in self.con.execute(_found_query(len(chunk)), chunk).fetchall()}
+            self._read_ids(found)
+            wanted = set(chunk)
+            # The index finds records by the hash of a value: each keeps only the values it carries.
+            for record_id in sorted(found):
+                for kind, value, scope in self._ids[record_id]:
+                    if value in wanted:
+                        self._rows[value].append((record_id, kind, self._aliases.get(scope, scope)))
+
+    def _read_ids(self, record_ids) -> None:
+        """Fetch, once, every id these records carry (their rows of record_ids, scope as stored)."""
+        missing = sorted(set(record_ids) - self._ids.keys())
+        for r in missing:
+            self._ids[r] = []
+        for i in range(0, len(missing), _CHUNK):
+            for record_id, kind, value, scope in self.con.execute(
+                    by_record_ids("SELECT record_id, kind, value, scope FROM record_ids WHERE {}",
+                                  missing[i:i + _CHUNK])).fetchall():
+                self._ids[record_id].append((kind, value, scope))
 
     def load(self, record_ids) -> None:
         """Fetch, once, the columns and ids of these records."""
         missing = [r for r in set(record_ids) if r not in self.nodes]
+        self._read_ids(missing)
         for i in range(0, len(missing), _CHUNK):
             chunk = missing[i:i + _CHUNK]
             for row in self.con.execute(by_record_ids(f"SELECT {_SELECT_RECORDS} FROM record_workers WHERE {{}}", chunk)).fetchall():
-                self.nodes[row[0]] = Node(*row[:8], record=dict(zip(RECORD_COLUMNS, row)))
-            for record_id, kind, value, scope in self.con.execute(
-                    by_record_ids("SELECT record_id, kind, value, scope FROM record_ids WHERE {}", chunk)).fetchall():
-                self.nodes[record_id].ids.append((kind, value, self._aliases.get(scope, scope)))
+                self.nodes[row[0]] = Node(*row[:8], record=dict(zip(RECORD_COLUMNS, row)),
+                                          ids=[(k, v, self._aliases.get(s, s)) for k, v, s in self._ids[row[0]]])
 
     def carriers(self, values, kinds=None) -> list[tuple[int, str]]:
         """(record, kind) of every record carrying one of these values (as an id of `kinds`)."""
@@ -161,7 +172,8 @@ class IdGraph:
         """The requests these records belong to, in order of their first record; each record's
         worker as settled within its request (`Node.record["worker"]`)."""
         scope = self._closure(seeds)  # every record of it loaded by the walk
-        grouped = group_records(self.store, [self.nodes[r].record for r in sorted(scope)])
+        grouped = group_records(self.store, [self.nodes[r].record for r in sorted(scope)],
+                                [(r, *i) for r in sorted(scope) for i in self._ids[r]])
         for r, worker in grouped.worker_of.items():
             self.nodes[r].record["worker"] = worker
         members: dict[int, set[int]] = {}

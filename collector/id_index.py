@@ -61,7 +61,8 @@ def carriers_sql(records: str, values: str) -> str:
 
 
 # Defined once: it reads whatever `id_index` holds when it runs. The ids of one value, for SQL
-# written by hand (the dashboards); lookup's walk (graph.py) asks for many values at a time, the same way.
+# written by hand (the dashboards); lookup's walk (graph.py) reads every id of the records the
+# index finds, since it goes on to walk from them, and keeps the values it asked for.
 CARRIERS_MACRO = ("CREATE OR REPLACE MACRO id_carriers(v) AS TABLE "
                   + carriers_sql("record_id IN (SELECT record_id FROM id_index WHERE key = hash(v))", "v"))
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from . import record_contract
 from .duckdb_engine import duckdb, threads, transaction
 from .ids import KEY_KINDS, PARENT_SPAN, SCOPED_KINDS, SERVING_ROLES, SPAN
-from .store import Store, by_record_ids
+from .store import Store
 
 
 def _sql_list(values) -> str:
@@ -315,8 +315,9 @@ _GIVEN_RECORDS = (f"CREATE OR REPLACE TEMP TABLE build_records AS SELECT {_RECOR
                   + ", ".join(f"unnest(${i}::{t}[]) AS {c}" for i, (c, t) in enumerate(_READ_COLUMNS.items(), 1)) + ")")
 
 
-def group_records(store: Store, records: list[dict]) -> Grouped:
-    """The requests these records (rows of record_workers, read by the caller) make by the rules
+def group_records(store: Store, records: list[dict], ids: list[tuple]) -> Grouped:
+    """The requests these records (rows of record_workers, read by the caller, with their rows of
+    record_ids as (record_id, kind, value, scope)) make by the rules
     of the whole build, for records that hold every record sharing a joining id with one of them
     (lookup's walk, graph.py, finds such a set): the same edges as for the whole store, so a
     lookup shows the requests `requests` lists. The components of so few records are found here,
@@ -326,8 +327,9 @@ def group_records(store: Store, records: list[dict]) -> Grouped:
     _drop_temp(con, _RESULTS)
     con.execute(_GIVEN_RECORDS, [[r[c] for r in records] for c in _READ_COLUMNS])
     record_ids = [r["record_id"] for r in records]
-    con.execute("CREATE OR REPLACE TEMP TABLE scope_ids AS "
-                + by_record_ids("SELECT * FROM record_ids WHERE {}", record_ids))
+    con.execute("CREATE OR REPLACE TEMP TABLE scope_ids AS SELECT unnest($1::BIGINT[]) AS record_id, "
+                "unnest($2::VARCHAR[]) AS kind, unnest($3::VARCHAR[]) AS value, unnest($4::VARCHAR[]) AS scope",
+                [list(column) for column in zip(*ids)] if ids else [[], [], [], []])
     con.execute("CREATE OR REPLACE TEMP VIEW build_ids AS SELECT * FROM scope_ids")
     con.execute(BUILD)
     request_of = _components(record_ids, con.execute("SELECT a, b FROM edges").fetchall())
