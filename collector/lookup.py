@@ -52,9 +52,10 @@ def lookup(store: Store, query: str, window: Window | None = None) -> dict:
     query = query.strip()
     window = window or Window()
     graph = IdGraph(store)
+    implied = implied_by_query(query)
+    graph.rows_for([query, *(value for _, value in implied)])  # one read of the index for all of them
     direct = graph.carriers([query])
     id_kind = _strongest({kind for _, kind in direct})
-    implied = implied_by_query(query)
     matches = list(direct)
     for kind, value in implied:
         matches += [(r, k) for r, k in graph.carriers([value], kinds=(kind,))]
