@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import duckdb
+import pyarrow as pa
 
 from tracejoin.collector.ingest import Ingester
 from tracejoin.collector.store import open_store
@@ -37,6 +38,64 @@ def read_json_seconds(files: list[Path], db: Path) -> float:
     return time.perf_counter() - start
 
 
+def _whole_lines(listed: str) -> str:
+    """DuckDB reading files as whole lines, one VARCHAR `line` a line."""
+    return (f"read_csv([{listed}], columns={{'line': 'VARCHAR'}}, header=false, delim=chr(1), quote='', "
+            f"escape='', strict_mode=false)")
+
+
+# The floors of two layouts, written with DuckDB alone: nothing is checked and no Python parses, so
+# no ingest into that layout can be faster. Both read the fields with the baseline's own read_json
+# and write every record's row of `records`, its ids in `record_ids` (those of a Dynamo line:
+# request, x-request, trace, span and parent span) and their (hash, record_id) run of the id index,
+# into a store made by open_store, from connect to close. They differ in where a record's attributes
+# are: the store's layout writes each line's text as its `attrs`; the other keeps the lines as
+# zstd-compressed blocks of 256 KiB, each record pointing at its line's offset, to be parsed when
+# a lookup shows it.
+_FLOOR_PARSE = "CREATE TEMP TABLE parsed AS SELECT * FROM read_json([{listed}], format='newline_delimited', union_by_name=true)"
+_FLOOR_RECORDS = """
+INSERT INTO records
+SELECT p.rowid, epoch_ns(p."time"), NULL, 'dynamo_jsonl', 'log', NULL, NULL, p.level, p.message, NULL, NULL,
+       false, p.trace_id, p.span_id, p.parent_id, {attrs}, 1, p.rowid, 0
+FROM parsed p {join}
+"""
+_FLOOR_IDS = """
+INSERT INTO record_ids
+SELECT record_id, i.kind, i.value, NULL FROM (
+    SELECT rowid AS record_id, unnest([
+        {'kind': 'internal_id', 'value': request_id::VARCHAR},
+        {'kind': 'x_request_id', 'value': x_request_id},
+        {'kind': 'trace_id', 'value': trace_id},
+        {'kind': 'span', 'value': trace_id || '/' || span_id},
+        {'kind': 'parent_span', 'value': trace_id || '/' || parent_id}]) AS i
+    FROM parsed)
+WHERE i.value IS NOT NULL;
+CREATE TABLE id_run_floor AS SELECT hash(value) AS key, record_id FROM record_ids ORDER BY key;
+"""
+BLOCK_BYTES = 256 << 10
+
+
+def layout_floor_seconds(files: list[Path], db: Path, *, lines_as_blocks: bool = False) -> float:
+    """The floor of the store's layout (the line's text as each record's attributes), or of a layout
+    keeping the lines as compressed blocks instead (`lines_as_blocks`)."""
+    start = time.perf_counter()
+    listed = ", ".join(f"'{f}'" for f in files)
+    with open_store(_fresh(db)) as store:
+        con = store.con
+        con.execute(_FLOOR_PARSE.format(listed=listed))
+        if lines_as_blocks:
+            blocks = [pa.compress(data[i:i + BLOCK_BYTES], codec="zstd", asbytes=True)
+                      for data in (f.read_bytes() for f in files) for i in range(0, len(data), BLOCK_BYTES)]
+            con.register("blocks", pa.table({"block": pa.array(blocks, pa.binary())}))
+            con.execute("CREATE TABLE line_blocks AS SELECT row_number() OVER () AS block_id, block FROM blocks")
+            con.execute(_FLOOR_RECORDS.format(attrs="NULL", join=""))
+        else:
+            con.execute(f"CREATE TEMP TABLE text AS SELECT line FROM {_whole_lines(listed)}")
+            con.execute(_FLOOR_RECORDS.format(attrs="t.line", join="POSITIONAL JOIN text t"))
+        con.execute(_FLOOR_IDS)
+    return time.perf_counter() - start
+
+
 def ingester_seconds(files: list[Path], db: Path) -> float:
     start = time.perf_counter()
     with open_store(_fresh(db)) as store:
@@ -52,9 +111,11 @@ def lines_run(cfg: Config, lines: int, notes: list[str]) -> list[Row]:
     corpus = Corpus(cfg.data / "ingest-corpus", max(1, lines // 11)).ensure()
     files, n = corpus.files(), corpus.lines()
     db = cfg.data / "ingest.duckdb"
-    baseline, cli, library, rss = [], [], [], []
-    for _ in range(cfg.runs):  # interleaved, so drifting load on the machine hits all three alike
+    baseline, floor, blocks_floor, cli, library, rss = [], [], [], [], [], []
+    for _ in range(cfg.runs):  # interleaved, so drifting load on the machine hits all of them alike
         baseline.append(read_json_seconds(files, cfg.data / "read_json.duckdb"))
+        floor.append(layout_floor_seconds(files, cfg.data / "floor.duckdb"))
+        blocks_floor.append(layout_floor_seconds(files, cfg.data / "floor.duckdb", lines_as_blocks=True))
         child = check(run_child([TRACE_JOIN, "ingest", "--db", str(_fresh(db)), *map(str, files)]), "trace-join ingest")
         cli.append(child.seconds)
         rss.append(child.peak_rss_mb)
@@ -68,6 +129,13 @@ def lines_run(cfg: Config, lines: int, notes: list[str]) -> list[Row]:
                         f"≥ {TARGET_RATIO}× and ≥ {TARGET_RATE // 1000}k/s",
                         rate >= TARGET_RATIO * base_rate and rate >= TARGET_RATE, size))
     rows.append(Row("1 ingest", "`trace-join ingest` peak RSS", median(rss), "MB", note=size))
+    for metric, seconds in (
+            ("the store's layout, its floor (each line's text as its attributes)", floor),
+            ("a layout keeping the lines as zstd blocks, its floor", blocks_floor)):
+        rate = n / median(seconds)
+        rows.append(Row("1 ingest", f"{metric}: DuckDB alone, nothing checked, records/s", rate, "rec/s", base_rate,
+                        f"≥ {TARGET_RATIO}×", rate >= TARGET_RATIO * base_rate,
+                        "no ingest into the layout is faster (bench/ingest.py, layout_floor_seconds)"))
     if cfg.profile and not all(r.passed for r in rows if r.passed is not None):
         raw = cfg.data / "profiles" / "ingest.txt"
         run_child([TRACE_JOIN, "ingest", "--db", str(_fresh(db)), *map(str, files)], profile_to=raw)
@@ -126,8 +194,7 @@ def duckdb_reading_seconds(files: dict[str, list[Path]], db: Path) -> float:
             con.execute(f"CREATE TABLE {kind} AS SELECT * FROM read_json([{listed}], format='newline_delimited', "
                         f"union_by_name=true, maximum_object_size=67108864)")
         else:
-            con.execute(f"CREATE TABLE {kind} AS SELECT * FROM read_csv([{listed}], columns={{'line': 'VARCHAR'}}, "
-                        f"header=false, delim=chr(1), quote='', escape='', strict_mode=false)")
+            con.execute(f"CREATE TABLE {kind} AS SELECT * FROM {_whole_lines(listed)}")
     con.close()
     return time.perf_counter() - start
 
