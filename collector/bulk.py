@@ -157,7 +157,7 @@ class BulkReader:
 
     def release(self) -> None:
         """Drop the last stage read, once written."""
-        self.store.con.execute("DROP TABLE IF EXISTS bulk_stage")
+        self.store.con.execute("DROP TABLE IF EXISTS bulk_stage; DROP TABLE IF EXISTS bulk_numbers")
 
     def holds_head(self, head: bytes) -> bool:
         """Whether a staged file starts with the same bytes as a file whose head this is: its
@@ -202,6 +202,14 @@ class BulkReader:
             "bulk_taken": _table(taken_rows, f=pa.int32(), idx=pa.int32(), shift=pa.int64()),
             "bulk_scopes": _table(scope_rows, f=pa.int32(), idx=pa.int32(), scope=pa.string()),
         }
+        con.complete()
+        for name, table in tables.items():
+            con.register(name, table)
+        try:
+            con.execute(_NUMBERS)
+        finally:
+            for name in tables:
+                con.unregister(name)
         rows = BulkRows(records=f"SELECT {_RECORD_COLUMNS} FROM ({_STORED})",
                         ids=pieces[0].file.rules.ids.replace("{records}", f"({_STORED_WITH_SCOPE})"),
                         tables=tables, first_record_id=first_record_id, batch_record_ids=parser_record_ids,
@@ -213,14 +221,25 @@ class BulkReader:
 # reading stopped, numbered after the records of the lines before them (a line the parser reads
 # may give none, or several).
 _STORED = """
-SELECT s.*, p.first_record_id + s.idx + coalesce(t.shift, 0) AS record_id, p.source, p.origin_id,
+SELECT s.*, p.first_record_id + s.idx + n.shift AS record_id, p.source, p.origin_id,
     p.piece_offset + s.start AS "offset", 0 AS seq
-FROM bulk_stage s JOIN bulk_pieces p USING (f)
-ASOF LEFT JOIN bulk_taken t ON s.f = t.f AND s.idx >= t.idx
-WHERE s.ok AND s.idx < p.lines_read AND (t.idx IS NULL OR t.idx < s.idx)
+FROM bulk_stage s JOIN bulk_pieces p USING (f) JOIN bulk_numbers n USING (f, idx)
 """
-_STORED_WITH_SCOPE = f"""
-SELECT st.*, sc.scope FROM ({_STORED}) st ASOF LEFT JOIN bulk_scopes sc ON st.f = sc.f AND st.idx > sc.idx
+_STORED_WITH_SCOPE = """
+SELECT s.*, p.first_record_id + s.idx + n.shift AS record_id, p.source, p.origin_id,
+    p.piece_offset + s.start AS "offset", 0 AS seq, n.scope
+FROM bulk_stage s JOIN bulk_pieces p USING (f) JOIN bulk_numbers n USING (f, idx)
+"""
+# Each stored row's shift (the records the parser's lines before it gave, less one a line) and the
+# parser's scope there: ASOF joins of the rows' places only, the rows' columns joined after, since
+# an ASOF join sorts all the columns it carries.
+_NUMBERS = """
+CREATE OR REPLACE TEMP TABLE bulk_numbers AS
+SELECT s.f, s.idx, coalesce(t.shift, 0) AS shift, sc.scope
+FROM (SELECT f, idx FROM bulk_stage WHERE ok) s JOIN bulk_pieces p USING (f)
+ASOF LEFT JOIN bulk_taken t ON s.f = t.f AND s.idx >= t.idx
+ASOF LEFT JOIN bulk_scopes sc ON s.f = sc.f AND s.idx > sc.idx
+WHERE s.idx < p.lines_read AND (t.idx IS NULL OR t.idx < s.idx)
 """
 _RECORD_COLUMNS = ", ".join(f'"{name}"' for name in RECORDS_SCHEMA.names)
 _LINES_SCHEMA = pa.schema([("f", pa.int32()), ("idx", pa.int32()), ("start", pa.int32()), ("line", pa.string())])
