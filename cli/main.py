@@ -137,6 +137,7 @@ def lookup(
     as_json: bool = JsonOption,
     since: Optional[str] = typer.Option(None, help="Only requests seen at or after: ISO time, or 30m, 2h, 1d ago."),
     until: Optional[str] = typer.Option(None, help="Only requests seen at or before: ISO time, or 30m, 2h, 1d ago."),
+    full: bool = typer.Option(False, "--full", help="Every attribute of every record, and the file and byte it was read from."),
 ):
     """Show every record of the request(s) an id names, across workers, on one timeline."""
     from tracejoin.cli import render
@@ -147,7 +148,7 @@ def lookup(
     if not result["requests"]:
         raise Failure(f"nothing found for {id!r} (looked for it as any kind of id{render.window_text(result)})", 1)
     if not as_json:
-        render.lookup_text(result)
+        render.lookup_text(result, full=full)
 
 
 @app.command()

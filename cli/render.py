@@ -181,7 +181,8 @@ def _ms(value) -> str:
     return "" if value is None else f"{value:.1f}"
 
 
-def lookup_text(result: dict) -> None:
+def lookup_text(result: dict, full: bool = False) -> None:
+    """`full`: after each request's timeline, every record with all it holds and where it was read."""
     from rich.table import Table
     from rich.text import Text
 
@@ -224,6 +225,35 @@ def lookup_text(result: dict) -> None:
             )
             previous = t if t is not None else previous
         console.print(timeline)
+        if full:
+            for r in request["records"]:
+                _full_record(console, r, start)
+
+
+# What a record holds besides its attributes, in the order `--full` prints it.
+_RECORD_FIELDS = ("level", "status", "duration_ms", "trace_id", "span_id", "parent_span_id", "clock")
+
+
+def _full_record(console, record: dict, start: float | None) -> None:
+    from rich.text import Text
+
+    t = _seconds(record["time"]) if record["time"] else None
+    when = f"+{_offset(t, start)} ms" if t is not None and start is not None else record["time"] or "no time"
+    console.print()
+    console.print(Text(visible(f"{when}  {record['worker'] or '?'} ({record['role'] or '?'})  {record['kind']}  "
+                               f"{record['name'] or ''}"), style="bold"))
+    origin = record["origin"]
+    place = f"byte {origin['offset']}" if origin["kind"] == "file" else f"body {origin['offset']}"
+    console.print(visible(f"    read from   {origin['path']}, {place}"
+                          + (f", record {origin['seq'] + 1} of its {'line' if origin['kind'] == 'file' else 'body'}"
+                             if origin["seq"] else "")
+                          + f" ({record['source']})"))
+    fields = [(k, record.get(k)) for k in _RECORD_FIELDS] + list((record["attrs"] or {}).items())
+    width = max((len(k) for k, v in fields if v is not None), default=0)
+    for key, value in fields:
+        if value is not None:
+            text = value if isinstance(value, str) else orjson.dumps(value).decode()
+            console.print(visible(f"    {key:<{width}}  {text}"), soft_wrap=True)
 
 
 def _seconds(iso: str) -> float:

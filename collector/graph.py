@@ -72,9 +72,21 @@ class IdGraph:
         self._rows: dict[str, list[tuple[int, str, str | None]]] = {}  # value -> (record, kind, scope)
         self._ids: dict[int, list[tuple[str, str, str | None]]] = {}  # record -> (kind, value, scope as stored)
         self.warnings: list[str] = []
+        self._origins: dict[int, tuple[str, bool]] = {}
         # A scope (the worker an engine id belongs to) under the process's main name, so an engine
         # id named by a perf file (host:pid) and by the middleware (host:port) is one key.
         self._aliases = dict(self.con.execute("SELECT alias, worker FROM worker_aliases").fetchall())
+
+    @property
+    def origins(self) -> dict[int, tuple[str, bool]]:
+        """(path or receiver's name, whether it is a file) of each origin the loaded records come
+        from, read once. A receiver's origin has no head: its fingerprint is its name."""
+        wanted = {n.record["origin_id"] for n in self.nodes.values()} - self._origins.keys()
+        if wanted:
+            self._origins.update((origin_id, (path, head_len > 0)) for origin_id, path, head_len in self.con.execute(
+                f"SELECT origin_id, path, head_len FROM origins WHERE origin_id IN ({','.join(map(str, sorted(wanted)))})"
+            ).fetchall())
+        return self._origins
 
     def _warn(self, message: str) -> None:
         if message not in self.warnings:

@@ -120,6 +120,15 @@ def _request_json(graph: IdGraph, request) -> dict:
             "worker": row["worker"],
             "role": row["role"],
             "summary": _summary(row),
+            "name": row["name"],
+            "level": row["level"],
+            "status": row["status"],
+            "duration_ms": row["duration_ns"] / 1e6 if row["duration_ns"] is not None else None,
+            "trace_id": row["trace_id"],
+            "span_id": row["span_id"],
+            "parent_span_id": row["parent_span_id"],
+            "attrs": row["attrs"],
+            "origin": _origin(graph, row),
         }
         if row["record_id"] in request.ambiguous:
             rec["ambiguous"] = True
@@ -132,6 +141,14 @@ def _request_json(graph: IdGraph, request) -> dict:
         w["role"] = w["role"] or row["role"]  # a log line may not know the role its worker's spans state
         w["records"] += 1
     return {"ids": ids, "workers": list(workers.values()), "records": records}
+
+
+def _origin(graph: IdGraph, row: dict) -> dict:
+    """Where the record was read: the file and the byte its line starts at (in the decompressed
+    stream of a .gz), or the receiver and the number of the body it came in; `seq`, the record's
+    place among those of its line or body."""
+    path, is_file = graph.origins.get(row["origin_id"], (None, True))
+    return {"path": path, "kind": "file" if is_file else "received", "offset": row["offset"], "seq": row["seq"]}
 
 
 def _record_rows(graph: IdGraph, record_ids) -> list[dict]:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-
+import gzip
+import json
 
 from tracejoin.cli import render
 from tracejoin.cli.demo.dynamo_formats import DynamoSample
@@ -40,3 +41,60 @@ def test_timeline_shows_every_worker_and_the_gaps_between_stages(tj, tmp_path):
     assert "41.5" in out
     lines = [ln for ln in out.splitlines() if "request completed" in ln and "(decode)" in ln]
     assert lines and "136.5" in lines[0]
+
+
+def _line_at(path: str, offset: int) -> bytes:
+    """The line a record's origin points at: bytes of the decompressed stream for a .gz."""
+    with (gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")) as f:
+        f.seek(offset)
+        return f.readline()
+
+
+def test_lookup_json_gives_every_record_whole_with_the_file_and_byte_it_was_read_from(tj, tmp_path):
+    sample = DynamoSample()
+    req = sample.add(x_request_id="full-1")
+    files = sample.write(tmp_path / "logs")
+    decode = files["decode"]
+    decode.with_suffix(".jsonl.gz").write_bytes(gzip.compress(decode.read_bytes()))
+    decode.unlink()
+    assert tj("ingest", tmp_path / "logs").code == 0
+
+    records = tj("lookup", req.reply_id, "--json").json()["requests"][0]["records"]
+    assert {r["source"] for r in records} >= {"dynamo_jsonl", "otlp_json", "dynamo_request_trace"}
+    assert any(r["origin"]["path"].endswith(".gz") for r in records)
+    for r in records:
+        assert set(r) >= {"time", "source", "kind", "worker", "role", "summary", "name", "level", "status",
+                          "duration_ms", "trace_id", "span_id", "parent_span_id", "attrs", "origin"}
+        assert r["origin"]["kind"] == "file"
+        line = _line_at(r["origin"]["path"], r["origin"]["offset"])
+        if r["source"] == "dynamo_jsonl":
+            fields = json.loads(line)
+            assert r["name"] in (fields.get("message"), fields.get("span_name"), fields.get("target"))
+            assert r["level"] == fields["level"]
+            # Every attribute is the line's own field, but the two names the record states otherwise.
+            assert {k: v for k, v in r["attrs"].items() if k not in ("target", "span_name")}.items() <= fields.items()
+            assert len(r["attrs"]) >= len(fields) - 12  # all but the fields lifted into columns
+        elif r["kind"] == "span":
+            assert r["span_id"].encode() in line and r["name"].encode() in line
+        else:
+            assert line.strip(), r
+
+
+def test_lookup_full_prints_every_attribute_and_where_each_record_was_read(tj, tmp_path):
+    sample = DynamoSample()
+    req = sample.add(x_request_id="full-2")
+    sample.write(tmp_path / "logs")
+    assert tj("ingest", tmp_path / "logs").code == 0
+    records = tj("lookup", req.reply_id, "--json").json()["requests"][0]["records"]
+    plain, full = tj("lookup", req.reply_id).out, tj("lookup", req.reply_id, "--full").out
+
+    # an attribute no summary shows, of every record that has one
+    shown = [(k, v) for r in records for k, v in r["attrs"].items()
+             if isinstance(v, str) and v and k not in r["summary"] and v not in r["summary"]]
+    assert shown
+    for key, value in shown:
+        assert any(ln.split() == [key, value] or ln.split()[:1] == [key] and value in ln
+                   for ln in full.splitlines()), (key, value)
+    for r in records:
+        assert f"read from   {r['origin']['path']}, byte {r['origin']['offset']}" in full
+    assert "read from" not in plain

@@ -255,8 +255,12 @@ def test_prompt_text_is_stored_only_when_asked(collector, tj, db, tmp_path, keep
         store = ingested if transport == "ingest" else None
         run = tj("lookup", reply_of(transport), "--json", *(["--db", store] if store else []), with_db=store is None)
         assert run.code == 0, run.err
-        assert MARK not in run.out, transport  # a GenAI event is named by its event, not by its text
+        if not keep:
+            assert MARK not in run.out, transport
         request, = run.json()["requests"]
+        # a GenAI event is named by its event, not by its text; kept text shows in attributes only
+        assert not [r for r in request["records"] if MARK in r["name"] or MARK in r["summary"]], transport
+        assert keep == any(MARK in str(r["attrs"]) for r in request["records"]), transport
         assert request["ids"]["reply_id"] == [reply_of(transport)]
         assert len(request["records"]) == RECORDS, transport
     assert c.terminate() == 0, c.stderr()

@@ -74,6 +74,11 @@ def test_lookup_writes_escape_sequences_out_and_json_keeps_them(tj, tmp_path):
     assert "\\x1b[1mDecode Request ID" in run.out  # the worker's coloured log line, colour written out
     assert "HIDDEN" in run.out and "[red]markup[/red]:warning:" in run.out
 
+    full = tj("lookup", REPLY_ID, "--full")  # every attribute, and the file each record was read from
+    assert full.code == 0, full.err
+    assert_nothing_planted(full.out, full.err)
+    assert shown(ROUTER_FILE) in full.out and shown(HIDE + BIDI) in full.out and shown(f"/v1/{LINK}") in full.out
+
     by_x_request_id = tj("lookup", X_REQUEST_ID)  # the query itself, on the first line
     assert by_x_request_id.out.startswith(f"{X_REQUEST_ID} (x_request_id) names 1 request"), by_x_request_id.out
 
