@@ -76,7 +76,7 @@ def _query(db: Optional[str], name: str, **params):
     try:
         with store_errors_named(Path(db or default_db_path())):
             with open_store(db, read_only=True) as store:
-                if not stores_first(store, name):
+                if not stores_first(store, name, params):
                     return run_query(store, name, params)
             try:
                 with open_store(db) as store:
@@ -138,11 +138,13 @@ def lookup(
     since: Optional[str] = typer.Option(None, help="Only requests seen at or after: ISO time, or 30m, 2h, 1d ago."),
     until: Optional[str] = typer.Option(None, help="Only requests seen at or before: ISO time, or 30m, 2h, 1d ago."),
     full: bool = typer.Option(False, "--full", help="Every attribute of every record, and the file and byte it was read from."),
+    limit: int = typer.Option(10, min=0, help="Requests shown with their records, first started first (0: all); a summary lists every one."),
 ):
     """Show every record of the request(s) an id names, across workers, on one timeline."""
     from tracejoin.cli import render
 
-    result = _query(db, "lookup", id=id, since_ns=_time_arg(since, "--since"), until_ns=_time_arg(until, "--until"))
+    result = _query(db, "lookup", id=id, since_ns=_time_arg(since, "--since"), until_ns=_time_arg(until, "--until"),
+                    limit=limit)
     if as_json:
         render.print_json(result)
     if not result["requests"]:

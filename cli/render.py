@@ -122,24 +122,38 @@ def table_of_rows(rows: list[dict], as_json: bool, title: str) -> None:
     _console().print(table)
 
 
-def request_table(rows: list[dict]) -> None:
-    from rich.table import Table
-
+def request_table(rows: list[dict], numbered: bool = False) -> None:
+    """`numbered`: each row led by its number, as lookup numbers the requests it shows."""
     if not rows:
         return
-    table = Table("start (UTC)", "ms", "ttft ms", "status", "route", "entry", "workers", "id",
-                  box=None, padding=(0, 1))
-    for r in rows:
+    lines = []
+    for n, r in enumerate(rows, 1):
         status = r["http_status"] or ("error" if r["error"] else "")
         if r["disconnected"]:
             status += " (client left)"
         ids = [r["reply_id"]] if r["reply_id"] else (r["internal_ids"] or r["disagg_request_ids"] or r["x_request_ids"])
-        _add_row(
-            table, (r["start"] or "")[:23], _ms(r["duration_ms"]), _ms(r["ttft_ms"]), status,
-            r["route"] or r["endpoint"] or "", r["entry_worker"] or "", str(len(r["workers"])),
-            ids[0] if ids else str(r["request_id"]),
-        )
-    _console().print(table)
+        lines.append([*([str(n)] if numbered else []), (r["start"] or "")[:23], _ms(r["duration_ms"]),
+                      _ms(r["ttft_ms"]), status, r["route"] or r["endpoint"] or "", r["entry_worker"] or "",
+                      str(len(r["workers"])), ids[0] if ids else str(r["request_id"])])
+    columns([*(["#"] if numbered else []), "start (UTC)", "ms", "ttft ms", "status", "route", "entry", "workers", "id"],
+            lines)
+
+
+def columns(header: list[str], lines: list[list[str]]) -> None:
+    """Rows of text cells, each cell written out by visible(), in aligned columns under the header.
+    Aligned here rather than by a rich Table, which lays out every cell in Python: 8 s for the
+    10,000 requests of a lookup by a label a whole agent session sends."""
+    from rich.cells import cell_len
+
+    def width(text: str) -> int:  # the columns a text takes on a terminal
+        return len(text) if text.isascii() else cell_len(text)
+
+    lines = [header, *([visible(cell) for cell in line] for line in lines)]
+    widths = [max(width(line[i]) for line in lines) for i in range(len(header))]
+    text = "\n".join(" " + "  ".join(cell + " " * (w - width(cell)) for cell, w in zip(line, widths)).rstrip()
+                     for line in lines)
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
 
 
 def coverage_text(result: dict) -> None:
@@ -183,20 +197,23 @@ def _ms(value) -> str:
 
 def lookup_text(result: dict, full: bool = False) -> None:
     """`full`: after each request's timeline, every record with all it holds and where it was read."""
-    from rich.table import Table
     from rich.text import Text
 
     console = _console()
     for warning in result["warnings"]:
         console.print(Text(visible(f"warning: {warning}"), style="yellow"))
-    requests = result["requests"]
+    requests, matched = result["requests"], result["matched"]
     console.print(visible(
-        f"{result['query']} ({result['id_kind']}) names {len(requests)} request{'s' if len(requests) != 1 else ''}"
+        f"{result['query']} ({result['id_kind']}) names {matched} request{'s' if matched != 1 else ''}"
         f"{window_text(result)}"
     ))
+    if matched > 1:
+        request_table(result["summary"], numbered=True)
+    if len(requests) < matched:
+        console.print(f"the first {len(requests)} with their records (--limit N for more, --limit 0 for all):")
     for i, request in enumerate(requests, 1):
         console.print()
-        console.print(Text(f"request {i} of {len(requests)}", style="bold"))
+        console.print(Text(f"request {i} of {matched}", style="bold"))
         ids = request["ids"]
         for kind, values in ids.items():
             if kind == "engine_request_id":
@@ -205,26 +222,21 @@ def lookup_text(result: dict, full: bool = False) -> None:
                 console.print(visible(f"  {kind:<18} {', '.join(values)}"))
         times = [_seconds(r["time"]) for r in request["records"] if r["time"]]
         start = min(times) if times else None
-        table = Table("worker", "role", "records", "first", "last", box=None, padding=(0, 2), title_justify="left")
+        workers = []
         for w in request["workers"]:
             own = [_seconds(r["time"]) for r in request["records"] if r["worker"] == w["worker"] and r["time"]]
-            _add_row(
-                table, w["worker"] or "?", w["role"] or "?", str(w["records"]),
-                _offset(min(own), start) if own else "", _offset(max(own), start) if own else "",
-            )
-        console.print(table)
-        timeline = Table("time (UTC)", "+ms", "Δms", "worker", "kind", "summary", box=None, padding=(0, 1))
-        previous = None
+            workers.append([w["worker"] or "?", w["role"] or "?", str(w["records"]),
+                            _offset(min(own), start) if own else "", _offset(max(own), start) if own else ""])
+        columns(["worker", "role", "records", "first", "last"], workers)
+        timeline, previous = [], None
         for r in request["records"]:
             t = _seconds(r["time"]) if r["time"] else None
             delta = "" if t is None or previous is None else f"{(t - previous) * 1000:.1f}"
-            _add_row(
-                timeline, (r["time"] or "")[11:26], _offset(t, start) if t is not None else "", delta,
-                f"{r['worker'] or '?'} ({r['role'] or '?'})", r["kind"],
-                ("[ambiguous] " if r.get("ambiguous") else "") + r["summary"],
-            )
+            timeline.append([(r["time"] or "")[11:26], _offset(t, start) if t is not None else "", delta,
+                             f"{r['worker'] or '?'} ({r['role'] or '?'})", r["kind"],
+                             ("[ambiguous] " if r.get("ambiguous") else "") + r["summary"]])
             previous = t if t is not None else previous
-        console.print(timeline)
+        columns(["time (UTC)", "+ms", "Δms", "worker", "kind", "summary"], timeline)
         if full:
             for r in request["records"]:
                 _full_record(console, r, start)

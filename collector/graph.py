@@ -60,6 +60,7 @@ class Node:
 
 @dataclass
 class Request:
+    request_id: int  # as the requests build numbers it: its least record id, ambiguous ones aside
     record_ids: set[int]
     ambiguous: set[int] = field(default_factory=set)  # shown here and in another request
 
@@ -71,6 +72,7 @@ class IdGraph:
         self.nodes: dict[int, Node] = {}
         self._rows: dict[str, list[tuple[int, str, str | None]]] = {}  # value -> (record, kind, scope)
         self._ids: dict[int, list[tuple[str, str, str | None]]] = {}  # record -> (kind, value, scope as stored)
+        self._found: dict[tuple[str, ...], set[int]] = {}  # values -> the records their keys find
         self.warnings: list[str] = []
         self._origins: dict[int, tuple[str, bool]] = {}
         # A scope (the worker an engine id belongs to) under the process's main name, so an engine
@@ -101,7 +103,7 @@ class IdGraph:
             self._rows[v] = []
         for i in range(0, len(missing), _CHUNK):
             chunk = missing[i:i + _CHUNK]
-            found = {r for (r,) in self.con.execute(_found_query(len(chunk)), chunk).fetchall()}
+            found = self.found(chunk)
             self._read_ids(found)
             wanted = set(chunk)
             # The index finds records by the hash of a value: each keeps only the values it carries.
@@ -109,6 +111,14 @@ class IdGraph:
                 for kind, value, scope in self._ids[record_id]:
                     if value in wanted:
                         self._rows[value].append((record_id, kind, self._aliases.get(scope, scope)))
+
+    def found(self, values: list[str]) -> set[int]:
+        """The records the index finds for these values by their keys, read once: a record so
+        found may carry another value of the same hash, which rows_for leaves out."""
+        key = tuple(sorted(set(values)))
+        if key not in self._found:
+            self._found[key] = found(self.con, list(key))
+        return self._found[key]
 
     def _read_ids(self, record_ids) -> None:
         """Fetch, once, every id these records carry (their rows of record_ids, scope as stored)."""
@@ -193,7 +203,7 @@ class IdGraph:
             members.setdefault(q, set()).add(r)
         wanted = sorted({grouped.request_of[r] for r in seeds},
                         key=lambda q: min((self.nodes[r].time_ns or 0, r) for r in members[q]))
-        requests = [Request(members[q]) for q in wanted]
+        requests = [Request(q, members[q]) for q in wanted]
         return self._place_ambiguous(requests, grouped)
 
     def _place_ambiguous(self, requests: list[Request], grouped) -> list[Request]:
@@ -254,9 +264,10 @@ def _covers(window: tuple[int, int], t: int) -> bool:
     return window[0] <= t <= window[1]
 
 
-def _found_query(n: int) -> str:
-    """The record ids the index finds for n values (parameters) by their hashes."""
-    if n <= _FEW_VALUES:  # each hash a constant: one row group of each run
-        return " UNION ALL ".join(["SELECT record_id FROM id_index WHERE key = hash(?)"] * n)
-    marks = ",".join("?" * n)
-    return f"SELECT record_id FROM id_index WHERE key IN (SELECT hash(unnest([{marks}])))"
+def found(con, values: list[str]) -> set[int]:
+    """The record ids the index finds for these values by their hashes."""
+    if len(values) <= _FEW_VALUES:  # each hash a constant: one row group of each run
+        sql = " UNION ALL ".join(["SELECT record_id FROM id_index WHERE key = hash(?)"] * len(values))
+    else:
+        sql = f"SELECT record_id FROM id_index WHERE key IN (SELECT hash(unnest([{','.join('?' * len(values))}])))"
+    return {r for (r,) in con.execute(sql, values).fetchall()}

@@ -7,11 +7,13 @@ from dataclasses import dataclass
 
 import orjson
 
-from .graph import IdGraph
+from .graph import IdGraph, found
 from .ids import (
-    CTX_REQUEST_ID, DISAGG_REQUEST_ID, ENGINE_REQUEST_ID, INTERNAL_ID, REPLY_ID, TRACE_ID, X_REQUEST_ID,
-    implied_by_query,
+    CTX_REQUEST_ID, DISAGG_REQUEST_ID, ENGINE_REQUEST_ID, INTERNAL_ID, PARENT_SPAN, REPLY_ID, SPAN, TRACE_ID,
+    X_REQUEST_ID, implied_by_query,
 )
+from .request_list import summaries
+from .requests import build_requests, requests_current, summarize_grouped, update_requests
 from .times import ns_to_iso
 from .store import Store
 
@@ -48,30 +50,110 @@ class Window:
         }
 
 
-def lookup(store: Store, query: str, window: Window | None = None) -> dict:
+DEFAULT_LIMIT = 10  # requests shown in full, the first started first; the summary lists them all
+# Past this many records carrying the id (a label such as an x-request-id shared by a whole agent
+# session), the requests are read from the stored requests tables when those hold every record, and
+# only the first `limit` are walked; below it, the walk costs less than reading those tables.
+MANY_CARRIERS = 200
+
+
+def lookup(store: Store, query: str, window: Window | None = None, limit: int = DEFAULT_LIMIT) -> dict:
+    """The requests an id names: how many (`matched`); when more than one, `summary`, one row each
+    (as `requests` lists them) in the order they started; `requests`, the first `limit` of them (all
+    when 0) with every record."""
     query = query.strip()
     window = window or Window()
     graph = IdGraph(store)
-    implied = implied_by_query(query)
-    graph.rows_for([query, *(value for _, value in implied)])  # one read of the index for all of them
-    direct = graph.carriers([query])
-    id_kind = _strongest({kind for _, kind in direct})
-    matches = list(direct)
-    for kind, value in implied:
-        matches += [(r, k) for r, k in graph.carriers([value], kinds=(kind,))]
-    if id_kind is None and matches:
-        id_kind = _strongest({k for _, k in matches}) if not implied else REPLY_ID
-    seeds = sorted({r for r, _ in matches})
-    graph.load(seeds)
-    seeds = [r for r in seeds if window.contains(graph.nodes[r].time_ns)]
-    requests = graph.requests(seeds) if seeds else []
+    wanted = wanted_ids(query)
+    many = len(graph.found([value for value, _ in wanted])) > MANY_CARRIERS
+    if many and not store.read_only:
+        update_requests(store)  # and keep them for the next reader
+    if many and requests_current(store):
+        id_kinds, summary, requests = _from_stored_requests(store, graph, wanted, window, limit)
+        matched = len(summary)
+    else:
+        id_kinds, matched, summary, requests = _walked(store, graph, wanted, window, limit)
+    direct_kinds, implied_kinds = id_kinds
+    # found only by the ids a reply id implies (Dynamo logs the UUID in chatcmpl-<uuid>): by a reply id
+    id_kind = _strongest(set(direct_kinds)) or (REPLY_ID if implied_kinds else None)
     return {
         "query": query,
         "id_kind": id_kind or _guess_kind(query),
         "window": window.as_json(),
+        "matched": matched,
+        "summary": summary,
         "requests": [_request_json(graph, q) for q in requests],
         "warnings": graph.warnings,
     }
+
+
+def wanted_ids(query: str) -> list[tuple[str, str | None]]:
+    """(value, kind) of what a lookup looks for: the query, as any kind of id, and the ids it
+    implies (the UUID inside a Dynamo reply id), as their kind."""
+    query = query.strip()
+    return [(query, None), *((value, kind) for kind, value in implied_by_query(query))]
+
+
+def carried_by_many(store: Store, query: str) -> bool:
+    """Whether more than MANY_CARRIERS records may carry what a lookup of the query looks for (by
+    their keys in the index): the lookup then reads the stored requests tables."""
+    return len(found(store.con, [value for value, _ in wanted_ids(query)])) > MANY_CARRIERS
+
+
+def _walked(store: Store, graph: IdGraph, wanted: list[tuple[str, str | None]], window: Window, limit: int):
+    """(kinds the query and its implied ids were found as), the summary of every request the
+    records carrying them belong to, and the first `limit` of those requests: all walked."""
+    graph.rows_for([value for value, _ in wanted])  # one read of the index for all of them
+    (query, _), implied = wanted[0], wanted[1:]
+    direct = graph.carriers([query])
+    matches = list(direct)
+    for value, kind in implied:
+        matches += [(r, k) for r, k in graph.carriers([value], kinds=(kind,))]
+    seeds = sorted({r for r, _ in matches})
+    graph.load(seeds)
+    seeds = [r for r in seeds if window.contains(graph.nodes[r].time_ns)]
+    requests = graph.requests(seeds) if seeds else []
+    summary = []
+    if len(requests) > 1:  # of one, none: the build's summary costs a lookup of one request a third of its time
+        summarize_grouped(store)
+        summary = summaries(store, "SELECT unnest(?::BIGINT[])", [[q.request_id for q in requests]])
+    kinds = ([k for _, k in direct], [k for _, k in matches[len(direct):]])  # as the query, as the ids it implies
+    return kinds, len(requests), summary, _in_order_of(summary, requests)[:limit or None]
+
+
+def _from_stored_requests(store: Store, graph: IdGraph, wanted: list[tuple[str, str | None]], window: Window,
+                          limit: int):
+    """As _walked, for an id many records carry: the requests they belong to from the stored
+    requests tables, in SQL, and only the first `limit` walked, from their own records."""
+    con = store.con
+    values = [value for value, _ in wanted]
+    found_as = " OR ".join(
+        f"(i.value = ${n} AND " + (f"i.kind NOT IN ('{SPAN}', '{PARENT_SPAN}'))" if kind is None else f"i.kind = '{kind}')")
+        for n, (_, kind) in enumerate(wanted, 1))
+    in_window = " AND ".join(
+        [f"r.time_ns >= {window.since_ns}"] * (window.since_ns is not None)
+        + [f"r.time_ns <= {window.until_ns}"] * (window.until_ns is not None)) or "true"
+    con.execute(f"""
+        CREATE OR REPLACE TEMP TABLE lookup_carriers AS
+        SELECT i.record_id, i.kind, i.value = $1 AS direct, m.request_id, {in_window} AS in_window
+        FROM record_ids i JOIN records r USING (record_id) JOIN request_records m USING (record_id)
+        WHERE i.record_id IN (SELECT record_id FROM id_index WHERE key IN (SELECT hash(unnest([{", ".join(f"${n}" for n in range(1, len(values) + 1))}]))))
+          AND ({found_as})""", values)
+    kinds = tuple([k for (k,) in con.execute(f"SELECT DISTINCT kind FROM lookup_carriers WHERE direct = {flag}").fetchall()]
+                  for flag in ("true", "false"))
+    build_requests(store)  # read-only and current: the stored tables under the names summaries reads
+    summary = summaries(store, "SELECT request_id FROM lookup_carriers WHERE in_window", [])
+    shown = [row["request_id"] for row in (summary[:limit] if limit else summary)]
+    walked = [r for (r,) in con.execute("SELECT DISTINCT record_id FROM lookup_carriers WHERE in_window AND "
+                                        "request_id IN (SELECT unnest(?::BIGINT[]))", [shown]).fetchall()]
+    graph.load(walked)
+    return kinds, summary, _in_order_of(summary, graph.requests(walked) if walked else [])
+
+
+def _in_order_of(summary: list[dict], requests: list) -> list:
+    """The requests in the summary's order (a request the summary does not list, last)."""
+    place = {row["request_id"]: i for i, row in enumerate(summary)}
+    return sorted(requests, key=lambda q: place.get(q.request_id, len(place)))
 
 
 def _strongest(kinds: set[str]) -> str | None:
@@ -140,7 +222,7 @@ def _request_json(graph: IdGraph, request) -> dict:
         w = workers.setdefault(row["worker"] or "?", {"worker": row["worker"], "role": row["role"], "records": 0})
         w["role"] = w["role"] or row["role"]  # a log line may not know the role its worker's spans state
         w["records"] += 1
-    return {"ids": ids, "workers": list(workers.values()), "records": records}
+    return {"request_id": request.request_id, "ids": ids, "workers": list(workers.values()), "records": records}
 
 
 def _origin(graph: IdGraph, row: dict) -> dict:

@@ -12,15 +12,12 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from .lookup import Window, lookup
+from .lookup import DEFAULT_LIMIT, Window, carried_by_many, lookup
 from .store import Store
-
-# The requests build (requests, coverage) is imported by the queries that read it: a lookup, which
-# starts a process of its own each time, does not pay for its import.
 
 
 def _lookup(store: Store, p: dict) -> dict:
-    return lookup(store, p["id"], Window(p.get("since_ns"), p.get("until_ns")))
+    return lookup(store, p["id"], Window(p.get("since_ns"), p.get("until_ns")), p.get("limit", DEFAULT_LIMIT))
 
 
 def _requests(store: Store, p: dict) -> list[dict]:
@@ -71,10 +68,10 @@ def run_query(store: Store, name: str, params: dict) -> Any:
 READ_REQUESTS = {"requests", "coverage"}
 
 
-def stores_first(store: Store, name: str) -> bool:
+def stores_first(store: Store, name: str, params: dict) -> bool:
     """Whether the query, run on this store opened for writing, would store something first: the
-    requests tables, lagging the records."""
-    if name not in READ_REQUESTS:
+    requests tables, lagging the records (a lookup reads them for an id many records carry)."""
+    if name not in READ_REQUESTS and not (name == "lookup" and carried_by_many(store, params["id"])):
         return False
     from .requests import requests_current
 

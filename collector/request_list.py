@@ -45,13 +45,25 @@ def list_requests(store: Store, wanted: RequestFilter) -> list[dict]:
         where.append("start_ns <= ?")
         params.append(wanted.until_ns)
     order = "duration_ms DESC NULLS LAST" if wanted.slowest else "start_ns DESC"
-    cur = store.con.execute(
+    return _rows(store.con.execute(
         f"SELECT {', '.join(_COLUMNS)} FROM request_summary WHERE {' AND '.join(where)} "
         f"ORDER BY {order}, request_id LIMIT ?",
         [*params, wanted.limit],
-    )
+    ))
+
+
+def summaries(store: Store, among: str, params: list) -> list[dict]:
+    """The summaries (temp request_summary: of the whole store, or of the requests a lookup
+    grouped) of the requests `among` selects (SQL, with its parameters), first started first, as
+    `requests` lists them."""
+    return _rows(store.con.execute(
+        f"SELECT {', '.join(_COLUMNS)} FROM request_summary WHERE request_id IN ({among}) "
+        "ORDER BY start_ns NULLS LAST, request_id", params))
+
+
+def _rows(cursor) -> list[dict]:
     rows = []
-    for values in cur.fetchall():
+    for values in cursor.fetchall():
         row = dict(zip(_COLUMNS, values))
         row["start"] = ns_to_iso(row.pop("start_ns")) if row["start_ns"] is not None else None
         for key in ("workers", "roles", "reply_ids", "internal_ids", "x_request_ids", "disagg_request_ids", "trace_ids"):

@@ -342,6 +342,12 @@ def group_records(store: Store, records: list[dict], ids: list[tuple]) -> Groupe
     return Grouped(request_of, worker_of, con.execute(_COLLIDED_IDS).fetchall())
 
 
+def summarize_grouped(store: Store) -> None:
+    """Each request that group_records made, summarized as the build summarizes (temp
+    request_summary, which request_list.summaries reads)."""
+    store.con.execute(f"CREATE OR REPLACE TEMP TABLE request_summary AS {SUMMARY}", {"low": 0, "high": 1 << 62})
+
+
 def _components(record_ids, edges) -> dict[int, int]:
     """Each record's component, named by its least record id (union-find)."""
     parent = {r: r for r in record_ids}
