@@ -140,7 +140,8 @@ def request_table(rows: list[dict], numbered: bool = False) -> None:
 
 
 def columns(header: list[str], lines: list[list[str]]) -> None:
-    """Rows of text cells, each cell written out by visible(), in aligned columns under the header.
+    """Rows of text cells, each cell written out by visible(), in aligned columns under the header,
+    indented as lookup's lines of ids are.
     Aligned here rather than by a rich Table, which lays out every cell in Python: 8 s for the
     10,000 requests of a lookup by a label a whole agent session sends."""
     from rich.cells import cell_len
@@ -150,7 +151,7 @@ def columns(header: list[str], lines: list[list[str]]) -> None:
 
     lines = [header, *([visible(cell) for cell in line] for line in lines)]
     widths = [max(width(line[i]) for line in lines) for i in range(len(header))]
-    text = "\n".join(" " + "  ".join(cell + " " * (w - width(cell)) for cell, w in zip(line, widths)).rstrip()
+    text = "\n".join("  " + "  ".join(cell + " " * (w - width(cell)) for cell, w in zip(line, widths)).rstrip()
                      for line in lines)
     sys.stdout.write(text + "\n")
     sys.stdout.flush()
