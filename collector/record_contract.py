@@ -50,15 +50,18 @@ FACTS = (
     Fact("e2e_ms", _ms("e2e_ms"), "arrival to last token, as the record's worker measured it"),
     Fact("request_ms", f"CASE WHEN entry OR name IN {_WHOLE_REQUEST} THEN duration_ns / 1e6 END",
          "the whole request, as the tier that took it measured it"),
-    Fact("http_status", f"CASE WHEN name IN {_ANSWERS} THEN status END",
-         "the HTTP status a tier answered the request with"),
+    Fact("http_status", f"CASE WHEN name IN {_ANSWERS} OR (kind = 'span' AND entry "
+                        "AND regexp_matches(coalesce(status, ''), '^[0-9]{3}$')) THEN status END",
+         "the HTTP status a tier answered the request with (its answer record, or its entry span's "
+         "`http.response.status_code`)"),
     Fact("failed", "upper(coalesce(level, '')) IN ('ERROR', 'CRITICAL', 'FATAL') OR status = 'error' "
                    "OR (regexp_matches(coalesce(status, ''), '^[0-9]{3}$') AND status >= '500')",
          "the record states a failure: an error level, an `error` outcome or an HTTP status of 500 and up"),
     Fact("error_text", "nullif(concat_ws(': ', attrs->>'error_type', attrs->>'error_detail'), '')",
          "what the record says went wrong (Dynamo's `error_type` and `error_detail`)"),
-    Fact("route", "coalesce(attrs->>'route', attrs->>'uri', attrs->>'url.path')",
-         "the HTTP route or path (middleware `route`, Dynamo `uri`, OpenTelemetry `url.path`)"),
+    Fact("route", "coalesce(attrs->>'route', attrs->>'http.route', attrs->>'uri', attrs->>'url.path')",
+         "the HTTP route or path (middleware `route`, OpenTelemetry `http.route`, else Dynamo `uri` or "
+         "OpenTelemetry `url.path`)"),
     Fact("endpoint", "attrs->>'endpoint'", "the API the request called (Dynamo's `chat_completions`)"),
     Fact("disconnected", "(attrs->>'disconnected') = 'true' OR status = 'cancelled'",
          "the client left before the reply ended (trace-join middleware), or the request was cancelled"),

@@ -134,3 +134,25 @@ def test_dynamo_log_records_without_time_use_the_observed_time():
 def test_malformed_export_lines_say_why(line, reason):
     with pytest.raises(otlp_json.Unparseable, match=reason):
         otlp_json.LineParser().parse(line)
+
+
+def test_a_gateway_traced_by_the_plain_sdk_lists_its_route_and_status(tj, tmp_path):
+    """OpenTelemetry's HTTP conventions alone (`http.route`, `http.response.status_code` on the
+    SERVER span), no trace-join middleware: `requests` shows the route and the status the client got."""
+    captured = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({"service.name": "gateway", "tracejoin.role": "router"}))
+    provider.add_span_processor(SimpleSpanProcessor(captured))
+    tracer = provider.get_tracer("plain-sdk")
+    for reply, status in (("chatcmpl-plain-ok", 200), ("chatcmpl-plain-503", 503)):
+        with tracer.start_as_current_span("POST", kind=SpanKind.SERVER) as span:
+            span.set_attributes({"http.request.method": "POST", "http.route": "/v1/chat/completions",
+                                 "url.path": f"/v1/chat/completions/{reply}", "http.response.status_code": status,
+                                 "gen_ai.response.id": reply})
+    provider.shutdown()
+    write_protobuf_json(tmp_path / "gateway.jsonl", list(captured.get_finished_spans()))
+    assert tj("ingest", tmp_path / "gateway.jsonl").code == 0
+
+    listed = {r["reply_id"]: r for r in tj("requests", "--json").json()}
+    assert {reply: (r["route"], r["http_status"], r["error"]) for reply, r in listed.items()} == {
+        "chatcmpl-plain-ok": ("/v1/chat/completions", "200", False),
+        "chatcmpl-plain-503": ("/v1/chat/completions", "503", True)}
