@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 import os
 import sys
+from pathlib import Path
 from typing import List, Optional
 
 import typer
@@ -139,6 +140,7 @@ def lookup(
     until: Optional[str] = typer.Option(None, help="Only requests seen at or before: ISO time, or 30m, 2h, 1d ago."),
     full: bool = typer.Option(False, "--full", help="Every attribute of every record, and the file and byte it was read from."),
     limit: int = typer.Option(10, min=0, help="Requests shown with their records, first started first (0: all); a summary lists every one."),
+    html: Optional[Path] = typer.Option(None, "--html", help="Also write the answer as one self-contained HTML page, for a ticket."),
 ):
     """Show every record of the request(s) an id names, across workers, on one timeline."""
     from tracejoin.cli import render
@@ -149,6 +151,13 @@ def lookup(
         render.print_json(result)
     if not result["requests"]:
         raise Failure(f"nothing found for {id!r} (looked for it as any kind of id{render.window_text(result)})", 1)
+    if html is not None:
+        from tracejoin.cli.html_page import page
+
+        try:
+            html.write_text(page(result), encoding="utf-8")
+        except OSError as e:
+            raise Failure(f"cannot write {html}: {e.strerror or e}") from None
     if not as_json:
         render.lookup_text(result, full=full)
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from . import record_contract
 from .ids import KEY_KINDS, PARENT_SPAN, SCOPED_KINDS, SERVING_ROLES, SPAN
 from .requests import group_records
 from .store import Store, by_record_ids
@@ -31,12 +32,13 @@ _FEW_VALUES = 32
 
 # A record's columns as the view record_workers states them (its worker and role settled against
 # the rest of the store); the first eight are the walk's, the rest are read in the same query for
-# lookup to show.
-RECORD_COLUMNS = (
+# lookup to show, with the record contract's `failed` (whether it states a failure).
+_STORED_COLUMNS = (
     "record_id", "time_ns", "worker", "role", "entry", "trace_id", "span_id", "parent_span_id",
     "steady_s", "source", "kind", "level", "name", "duration_ns", "status", "attrs", "origin_id", "offset", "seq",
 )
-_SELECT_RECORDS = ", ".join(f'"{c}"' for c in RECORD_COLUMNS)
+RECORD_COLUMNS = (*_STORED_COLUMNS, "failed")
+_SELECT_RECORDS = ", ".join(f'"{c}"' for c in _STORED_COLUMNS) + ", " + record_contract.columns("failed")
 
 
 @dataclass

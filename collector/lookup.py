@@ -210,6 +210,7 @@ def _request_json(graph: IdGraph, request) -> dict:
             "span_id": row["span_id"],
             "parent_span_id": row["parent_span_id"],
             "attrs": row["attrs"],
+            "failed": bool(row["failed"]),
             "origin": _origin(graph, row),
         }
         if row["record_id"] in request.ambiguous:

@@ -1,0 +1,144 @@
+"""`lookup ID --html FILE`: the answer as one self-contained page for a ticket.
+
+Everything is in the file: styles inline, no script, no font, image or stylesheet fetched from
+anywhere, so it opens the same offline, attached to a ticket or mailed. What it shows is the
+`lookup --json` object: the warnings, the summary of every request the id names, and for each
+request shown its ids, its workers, a waterfall of its records on one time axis (a bar for each
+record that lasted, a tick for each that did not, errors in red) and every record whole, with the
+file and byte it was read from. Every text from the records is escaped: a log line cannot add
+markup, styles or links to the page.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from html import escape
+
+import orjson
+
+_STYLE = """
+body { font: 13px/1.4 system-ui, sans-serif; margin: 24px; color: #1d1d1f; }
+h1 { font-size: 18px; } h2 { font-size: 15px; margin-top: 28px; }
+table { border-collapse: collapse; margin: 8px 0; }
+th, td { text-align: left; padding: 2px 10px 2px 0; vertical-align: top; }
+th { color: #555; font-weight: 600; }
+code, .mono { font-family: ui-monospace, monospace; font-size: 12px; }
+.warning { background: #fff4ce; padding: 6px 10px; border-left: 4px solid #e0a800; margin: 4px 0; }
+.error, .error td { color: #b00020; }
+.lane { position: relative; height: 16px; background: #f3f3f6; margin: 2px 0; min-width: 600px; }
+.bar { position: absolute; top: 3px; height: 10px; background: #4a78c2; border-radius: 2px; min-width: 2px; }
+.bar.error { background: #d0343f; }
+.tick { position: absolute; top: 1px; width: 2px; height: 14px; background: #777; }
+.tick.error { background: #d0343f; }
+details { margin: 2px 0 6px 0; } summary { cursor: pointer; }
+.attrs td:first-child { color: #555; }
+"""
+
+def page(result: dict) -> str:
+    """The page for one `lookup` answer (its JSON object)."""
+    query = result["query"]
+    parts = [f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8>"
+             f"<title>trace-join lookup {escape(query)}</title><style>{_STYLE}</style></head><body>",
+             f"<h1>{escape(query)} <span class=mono>({escape(result['id_kind'])})</span> names "
+             f"{result['matched']} request{'s' if result['matched'] != 1 else ''}</h1>"]
+    parts += [f"<div class=warning>{escape(w)}</div>" for w in result["warnings"]]
+    if result["summary"]:
+        parts.append(_summary(result["summary"]))
+    for i, request in enumerate(result["requests"], 1):
+        parts.append(_request(request, i, result["matched"]))
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def _table(header: list[str], rows: list[list[str]], classes: list[str] | None = None) -> str:
+    """A table of texts, each escaped; `classes` of the rows (an error row is red)."""
+    head = "".join(f"<th>{escape(h)}</th>" for h in header)
+    body = "".join(
+        f"<tr class='{escape(cls)}'>" + "".join(f"<td>{escape(cell)}</td>" for cell in row) + "</tr>"
+        for row, cls in zip(rows, classes or [""] * len(rows)))
+    return f"<table><tr>{head}</tr>{body}</table>"
+
+
+def _summary(rows: list[dict]) -> str:
+    lines, classes = [], []
+    for n, r in enumerate(rows, 1):
+        ids = [r["reply_id"]] if r["reply_id"] else (r["internal_ids"] or r["disagg_request_ids"] or r["x_request_ids"])
+        lines.append([str(n), r["start"] or "", _ms(r["duration_ms"]), _ms(r["ttft_ms"]),
+                      str(r["http_status"] or ("error" if r["error"] else "")), r["route"] or r["endpoint"] or "",
+                      r["entry_worker"] or "", ", ".join(r["workers"]), ids[0] if ids else str(r["request_id"])])
+        classes.append("error" if r["error"] else "")
+    return "<h2>Every request</h2>" + _table(
+        ["#", "start (UTC)", "ms", "ttft ms", "status", "route", "entry", "workers", "id"], lines, classes)
+
+
+def _request(request: dict, i: int, matched: int) -> str:
+    records = request["records"]
+    parts = [f"<h2>Request {i} of {matched}</h2>"]
+    id_rows = []
+    for kind, values in request["ids"].items():
+        if kind == "engine_request_id":
+            values = [f"{e['id']} on {e['worker']}" for e in values]
+        if values:
+            id_rows.append([kind, ", ".join(values)])
+    parts.append(_table(["id", "value"], id_rows))
+    parts.append(_table(["worker", "role", "records"],
+                        [[w["worker"] or "?", w["role"] or "?", str(w["records"])] for w in request["workers"]]))
+    parts.append(_waterfall(records))
+    parts.append("<h3>Every record</h3>")
+    parts += [_record(r) for r in records]
+    return "\n".join(parts)
+
+
+def _extent(record: dict, t: float) -> tuple[float, float]:
+    """When a record's duration ran: from its time for a span or a measurement (perf metrics and
+    hooks are timed at the request's arrival), up to its time for a log line, which is written
+    when what it measures has ended (`request.end`, Dynamo's `request completed`)."""
+    d = (record["duration_ms"] or 0) / 1000
+    return (t - d, t) if record["kind"] == "log" else (t, t + d)
+
+
+def _waterfall(records: list[dict]) -> str:
+    """One lane a record, in time order, on the request's time axis: a bar for its duration, or a
+    tick; records with no wall-clock time are left out of it (they are listed below)."""
+    timed = [(r, _seconds(r["time"])) for r in records if r["time"]]
+    if not timed:
+        return ""
+    start = min(_extent(r, t)[0] for r, t in timed)
+    end = max(_extent(r, t)[1] for r, t in timed)
+    span = max(end - start, 1e-6)
+    lanes = []
+    for r, t in timed:
+        cls = " error" if r["failed"] else ""
+        if r["duration_ms"]:
+            begin, until = _extent(r, t)
+            mark = (f"<div class='bar{cls}' style='left:{100 * (begin - start) / span:.3f}%;"
+                    f"width:{100 * (until - begin) / span:.3f}%'></div>")
+        else:
+            left = 100 * (t - start) / span
+            mark = f"<div class='tick{cls}' style='left:{left:.3f}%'></div>"
+        label = f"+{(t - start) * 1000:.1f} ms · {r['worker'] or '?'} ({r['role'] or '?'}) · {r['kind']} · {r['name'] or ''}"
+        lanes.append(f"<tr><td class=mono>{escape(label)}</td><td style='width:60%'><div class=lane>{mark}</div></td></tr>")
+    return f"<h3>Waterfall: {span * 1000:.1f} ms</h3><table style='width:100%'>{''.join(lanes)}</table>"
+
+
+def _record(record: dict) -> str:
+    origin = record["origin"]
+    place = f"byte {origin['offset']}" if origin["kind"] == "file" else f"body {origin['offset']}"
+    fields = [("time", record["time"]), ("worker", record["worker"]), ("role", record["role"]),
+              ("source", record["source"]), ("read from", f"{origin['path']}, {place}"),
+              *((k, record.get(k)) for k in ("level", "status", "duration_ms", "trace_id", "span_id",
+                                             "parent_span_id", "clock")),
+              *(record["attrs"] or {}).items()]
+    rows = [[key, value if isinstance(value, str) else orjson.dumps(value).decode()]
+            for key, value in fields if value is not None]
+    cls = " class=error" if record["failed"] else ""
+    return (f"<details><summary{cls}><span class=mono>{escape(record['summary'])}</span></summary>"
+            f"<div class=attrs>{_table(['field', 'value'], rows)}</div></details>")
+
+
+def _seconds(iso: str) -> float:
+    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
+
+
+def _ms(value) -> str:
+    return "" if value is None else f"{value:.1f}"

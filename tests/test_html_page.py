@@ -1,0 +1,86 @@
+"""`lookup ID --html FILE`: one self-contained page for a ticket, as a person sees it in a browser.
+The page is rendered by headless Chromium (Debian's `chromium`, which .ci/run installs): its DOM
+is read back and its screenshot checked for the waterfall's bars and the failed request's red."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from html.parser import HTMLParser
+
+import orjson
+import pytest
+
+CHROMIUM = shutil.which("chromium")
+HOSTILE = "<script>alert('x')</script><img src=http://evil.example/x.png>"
+SESSION = "ticket-4711"
+
+
+def _line(ts: str, event: str, **fields) -> bytes:
+    return orjson.dumps({"schema": "tracejoin.log.v1", "ts": ts, "level": fields.pop("level", "info"),
+                         "event": event, "role": "router", "worker": "gw:8000", "x_request_id": SESSION, **fields})
+
+
+def _logs(folder):
+    """Two requests of one session at a router: the first answered, the second failed with a 500
+    after a note whose text is markup."""
+    folder.mkdir()
+    (folder / "router.jsonl").write_bytes(b"\n".join([
+        _line("2026-11-30T10:40:30.000000Z", "request.start", internal_id="req-a", method="POST", route="/v1/chat/completions"),
+        _line("2026-11-30T10:40:30.250000Z", "request.end", internal_id="req-a", status=200, duration_ms=250.0,
+              reply_id="chatcmpl-page-ok"),
+        _line("2026-11-30T10:40:31.000000Z", "request.start", internal_id="req-b", method="POST", route="/v1/chat/completions"),
+        _line("2026-11-30T10:40:31.100000Z", HOSTILE, internal_id="req-b", level="warning"),
+        _line("2026-11-30T10:40:31.400000Z", "request.end", internal_id="req-b", status=500, duration_ms=400.0,
+              reply_id="chatcmpl-page-failed", level="error", error_type="upstream"),
+    ]) + b"\n")
+    return folder
+
+
+class _Tags(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.tags, self.attrs = set(), []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.add(tag)
+        self.attrs += [value or "" for _, value in attrs]
+
+
+def test_the_page_holds_the_answer_and_nothing_from_elsewhere(tj, tmp_path):
+    assert tj("ingest", _logs(tmp_path / "logs")).code == 0
+    page = tmp_path / "ticket.html"
+    run = tj("lookup", SESSION, "--html", page)
+    assert run.code == 0, run.err
+    html = page.read_text()
+    tags = _Tags()
+    tags.feed(html)
+    assert not tags.tags & {"script", "img", "link", "iframe", "object", "embed"}  # the note's markup is text
+    assert not [v for v in tags.attrs if "://" in v or "url(" in v]  # no network, no CDN
+    assert HOSTILE not in html and "&lt;script&gt;" in html
+
+    bad = tj("lookup", SESSION, "--html", tmp_path / "no-such-folder" / "ticket.html")
+    assert bad.code != 0 and "cannot write" in bad.err and "Traceback" not in bad.err
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
+def test_chromium_shows_the_requests_the_waterfall_and_the_failure(tj, tmp_path):
+    from PIL import Image
+
+    assert tj("ingest", _logs(tmp_path / "logs")).code == 0
+    page = tmp_path / "ticket.html"
+    assert tj("lookup", SESSION, "--html", page).code == 0
+    chromium = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars"]
+
+    dom = subprocess.run([*chromium, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120).stdout
+    for text in (f"{SESSION}", "names 2 requests", "chatcmpl-page-ok", "chatcmpl-page-failed", "Waterfall",
+                 "request.end · status=500", "error_type", f"{tmp_path / 'logs' / 'router.jsonl'}, byte "):
+        assert text in dom, text
+    assert "&lt;script&gt;alert" in dom  # shown as the text it was, not run
+
+    shot = tmp_path / "ticket.png"
+    subprocess.run([*chromium, f"--screenshot={shot}", "--window-size=1200,1400", page.as_uri()],
+                   capture_output=True, timeout=120, check=True)
+    colours = {colour for _, colour in Image.open(shot).convert("RGB").getcolors(1 << 24)}
+    assert (0x4a, 0x78, 0xc2) in colours  # a bar of the waterfall
+    assert any(r > 150 and g < 80 and b < 90 for r, g, b in colours)  # the failed request's red
