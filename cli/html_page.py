@@ -121,11 +121,14 @@ def _waterfall(records: list[dict]) -> str:
     return f"<h3>Waterfall: {span * 1000:.1f} ms</h3><table style='width:100%'>{''.join(lanes)}</table>"
 
 
+def _place(origin: dict) -> str:
+    return f"{origin['path']}, " + (f"byte {origin['offset']}" if origin["kind"] == "file" else f"body {origin['offset']}")
+
+
 def _record(record: dict) -> str:
-    origin = record["origin"]
-    place = f"byte {origin['offset']}" if origin["kind"] == "file" else f"body {origin['offset']}"
     fields = [("time", record["time"]), ("worker", record["worker"]), ("role", record["role"]),
-              ("source", record["source"]), ("read from", f"{origin['path']}, {place}"),
+              ("source", record["source"]), ("read from", _place(record["origin"])),
+              *((f"also from {also['source']}", _place(also["origin"])) for also in record.get("also", ())),
               *((k, record.get(k)) for k in ("level", "status", "duration_ms", "trace_id", "span_id",
                                              "parent_span_id", "clock")),
               *(record["attrs"] or {}).items()]

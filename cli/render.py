@@ -261,6 +261,10 @@ def _full_record(console, record: dict, start: float | None) -> None:
                           + (f", record {origin['seq'] + 1} of its {'line' if origin['kind'] == 'file' else 'body'}"
                              if origin["seq"] else "")
                           + f" ({record['source']})"))
+    for also in record.get("also", ()):
+        o = also["origin"]
+        console.print(visible(f"    also from   {o['path']}, {'byte' if o['kind'] == 'file' else 'body'} {o['offset']}"
+                              f" ({also['source']})"))
     fields = [(k, record.get(k)) for k in _RECORD_FIELDS] + list((record["attrs"] or {}).items())
     width = max((len(k) for k, v in fields if v is not None), default=0)
     for key, value in fields:

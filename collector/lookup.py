@@ -192,6 +192,7 @@ def _request_json(graph: IdGraph, request) -> dict:
 
     rows = _record_rows(graph, request.record_ids)
     _place_steady_times(rows)
+    rows = _one_event_once(rows)
     records = []
     workers: dict[str, dict] = {}
     for row in rows:
@@ -213,6 +214,9 @@ def _request_json(graph: IdGraph, request) -> dict:
             "failed": bool(row["failed"]),
             "origin": _origin(graph, row),
         }
+        if row["also"]:
+            rec["also"] = [{"source": other["source"], "origin": _origin(graph, other)} for other in row["also"]]
+            rec["summary"] += " · also from " + ", ".join(dict.fromkeys(other["source"] for other in row["also"]))
         if row["record_id"] in request.ambiguous:
             rec["ambiguous"] = True
         if row.get("anchor"):
@@ -242,6 +246,49 @@ def _record_rows(graph: IdGraph, record_ids) -> list[dict]:
         row["attrs"] = orjson.loads(row["attrs"]) if row["attrs"] else {}
     rows.sort(key=lambda r: (r["time_ns"] is None, r["time_ns"] or 0, r["origin_id"], r["offset"], r["seq"]))
     return rows
+
+
+# A log line and its OTLP export are stamped apart by the microseconds between the two writes
+# (Dynamo's JSONL `time` and its OTLP log record's: 2-14 µs apart in a real run).
+SAME_EVENT_NS = 1_000_000
+
+
+def _one_event_once(rows: list[dict]) -> list[dict]:
+    """The records with each event once: one that reached the store by two paths is shown once,
+    in the place of the first, as the one of them that holds the most attributes, its `also`
+    naming the others. A span is one event under its trace and span id, however often it was
+    exported; a log record is the one of another source with the same worker, span and message
+    within SAME_EVENT_NS (Dynamo writes every log line to its JSONL file and to its OTLP export)."""
+    shown: list[dict] = []
+    events: dict[tuple, list[int]] = {}  # the places in `shown` of the events of a span or a message
+
+    def same_event(kept: dict, row: dict) -> bool:
+        if row["kind"] == "span":
+            return True
+        return (kept["source"] != row["source"] and row["source"] not in {o["source"] for o in kept["also"]}
+                and abs(kept["time_ns"] - row["time_ns"]) <= SAME_EVENT_NS)
+
+    for row in rows:
+        row["also"] = []
+        if row["kind"] == "span" and row["trace_id"] and row["span_id"]:
+            key = ("span", row["trace_id"], row["span_id"])
+        elif row["kind"] == "log" and row["time_ns"] is not None:
+            key = ("log", row["worker"], row["span_id"], row["name"])
+        else:
+            shown.append(row)
+            continue
+        place = next((i for i in events.get(key, ()) if same_event(shown[i], row)), None)
+        if place is None:
+            events.setdefault(key, []).append(len(shown))
+            shown.append(row)
+            continue
+        kept = shown[place]
+        if len(row["attrs"]) > len(kept["attrs"]):
+            row["also"], kept["also"] = [*kept["also"], kept], []
+            shown[place] = row
+        else:
+            kept["also"].append(row)
+    return shown
 
 
 def _place_steady_times(rows: list[dict]) -> None:

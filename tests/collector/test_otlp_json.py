@@ -156,3 +156,17 @@ def test_a_gateway_traced_by_the_plain_sdk_lists_its_route_and_status(tj, tmp_pa
     assert {reply: (r["route"], r["http_status"], r["error"]) for reply, r in listed.items()} == {
         "chatcmpl-plain-ok": ("/v1/chat/completions", "200", False),
         "chatcmpl-plain-503": ("/v1/chat/completions", "503", True)}
+
+
+def test_a_span_exported_twice_is_shown_once_naming_both_files(tj, tmp_path):
+    spans = trtllm_worker_spans("gpu-node-1", 4242, [31])
+    write_otlp_json(tmp_path / "first.jsonl", spans)
+    write_protobuf_json(tmp_path / "again.jsonl", spans)  # the same span, other bytes: stored twice
+    assert tj("ingest", tmp_path / "first.jsonl", tmp_path / "again.jsonl").code == 0
+
+    [request] = tj("lookup", "31", "--json").json()["requests"]
+    [record] = request["records"]
+    paths = {record["origin"]["path"], *(also["origin"]["path"] for also in record["also"])}
+    assert paths == {str(tmp_path / "first.jsonl"), str(tmp_path / "again.jsonl")}
+    assert record["summary"].endswith("also from otlp_json")
+    assert request["workers"] == [{"worker": "gpu-node-1:4242", "role": request["workers"][0]["role"], "records": 1}]

@@ -193,10 +193,17 @@ def test_each_reply_id_gives_one_request_with_its_frontend_prefill_and_decode_re
         for role, identity in workers.items():
             assert all(identity in worker for worker in named[role]), (role, identity, named[role])
         seen = {(r["role"], r["source"], r["kind"]) for r in request["records"]}
+        seen |= {(r["role"], also["source"], r["kind"]) for r in request["records"] for also in r.get("also", ())}
         expected = {("proxy", "tracejoin_jsonl", "tap"), ("frontend", "dynamo_request_trace", "log")}
         expected |= {(role, source, kind) for role in workers
                      for source, kind in (("dynamo_jsonl", "log"), ("otlp_json", "span"), ("otlp_json", "log"))}
         assert expected <= seen, expected - seen
+        # Each log line Dynamo wrote to its JSONL file and exported over OTLP is shown once, naming both.
+        logs = [r for r in request["records"] if r["kind"] == "log" and r["source"] in ("dynamo_jsonl", "otlp_json")]
+        assert len({(r["worker"], r["span_id"], r["name"], r["time"][:22]) for r in logs}) == len(logs)
+        assert {r["source"] for r in logs} | {a["source"] for r in logs for a in r.get("also", ())} == \
+            {"dynamo_jsonl", "otlp_json"}
+        assert any(a["source"] == "otlp_json" for r in logs for a in r.get("also", ()))
 
     eventually(check)
 
