@@ -110,7 +110,8 @@ def _once_arrived(db: Path, reply: str, out: Path) -> dict:
         except StoreError as e:
             raise DeploymentError(f"{e}; see {out / 'collector.log'}") from None
         records = [r for request in result["requests"] for r in request["records"]]
-        seen = {(r["role"], r["source"], r["kind"]) for r in records}
+        seen = {(r["role"], source, r["kind"]) for r in records
+                for source in (r["source"], *(also["source"] for also in r.get("also", ())))}  # an event shown once
         names = {(r["role"], r["worker"]) for r in records if r["role"] in ("prefill", "decode")}
         if COMPLETE <= seen and len(names) == len({role for role, _ in names}):
             return result
