@@ -3,8 +3,8 @@
 Everything is in the file: styles inline, no script, no font, image or stylesheet fetched from
 anywhere, so it opens the same offline, attached to a ticket or mailed. What it shows is the
 `lookup --json` object: the warnings, the summary of every request the id names, and for each
-request shown its ids, its workers, a waterfall of its records on one time axis (a bar for each
-record that lasted, a tick for each that did not, errors in red) and every record whole, with the
+request shown its ids, its workers, the phases its workers measured and its records on one time
+axis (a bar for what lasted, a tick for what did not, failures in red) and every record whole, with the
 file and byte it was read from. Every text from the records is escaped: a log line cannot add
 markup, styles or links to the page.
 """
@@ -83,7 +83,8 @@ def _request(request: dict, i: int, matched: int) -> str:
     parts.append(_table(["id", "value"], id_rows))
     parts.append(_table(["worker", "role", "records"],
                         [[w["worker"] or "?", w["role"] or "?", str(w["records"])] for w in request["workers"]]))
-    parts.append(_waterfall(records))
+    parts.append(_waterfall("Where the time went, as the workers measured it", _phase_lanes(request["phases"])))
+    parts.append(_waterfall("Every record on one axis", _record_lanes(records)))
     parts.append("<h3>Every record</h3>")
     parts += [_record(r) for r in records]
     return "\n".join(parts)
@@ -97,28 +98,40 @@ def _extent(record: dict, t: float) -> tuple[float, float]:
     return (t - d, t) if record["kind"] == "log" else (t, t + d)
 
 
-def _waterfall(records: list[dict]) -> str:
-    """One lane a record, in time order, on the request's time axis: a bar for its duration, or a
-    tick; records with no wall-clock time are left out of it (they are listed below)."""
-    timed = [(r, _seconds(r["time"])) for r in records if r["time"]]
-    if not timed:
+def _waterfall(title: str, lanes: list[tuple[str, float, float, bool]]) -> str:
+    """Lanes of (label, start, end in seconds, failed) on one time axis: a bar for what lasted, a
+    tick for what did not."""
+    if not lanes:
         return ""
-    start = min(_extent(r, t)[0] for r, t in timed)
-    end = max(_extent(r, t)[1] for r, t in timed)
-    span = max(end - start, 1e-6)
-    lanes = []
-    for r, t in timed:
-        cls = " error" if r["failed"] else ""
-        if r["duration_ms"]:
-            begin, until = _extent(r, t)
-            mark = (f"<div class='bar{cls}' style='left:{100 * (begin - start) / span:.3f}%;"
-                    f"width:{100 * (until - begin) / span:.3f}%'></div>")
+    start = min(b for _, b, _, _ in lanes)
+    span = max(max(e for _, _, e, _ in lanes) - start, 1e-6)
+    rows = []
+    for label, begin, until, failed in lanes:
+        cls = " error" if failed else ""
+        left = 100 * (begin - start) / span
+        if until > begin:
+            mark = f"<div class='bar{cls}' style='left:{left:.3f}%;width:{100 * (until - begin) / span:.3f}%'></div>"
         else:
-            left = 100 * (t - start) / span
             mark = f"<div class='tick{cls}' style='left:{left:.3f}%'></div>"
-        label = f"+{(t - start) * 1000:.1f} ms · {r['worker'] or '?'} ({r['role'] or '?'}) · {r['kind']} · {r['name'] or ''}"
-        lanes.append(f"<tr><td class=mono>{escape(label)}</td><td style='width:60%'><div class=lane>{mark}</div></td></tr>")
-    return f"<h3>Waterfall: {span * 1000:.1f} ms</h3><table style='width:100%'>{''.join(lanes)}</table>"
+        rows.append(f"<tr><td class=mono>+{(begin - start) * 1000:.1f} ms · {escape(label)}</td>"
+                    f"<td style='width:60%'><div class=lane>{mark}</div></td></tr>")
+    return f"<h3>{escape(title)}: {span * 1000:.1f} ms</h3><table style='width:100%'>{''.join(rows)}</table>"
+
+
+def _phase_lanes(phases: list[dict]) -> list[tuple[str, float, float, bool]]:
+    return [(f"{p['worker'] or '?'} ({p['role'] or '?'}) · {p['phase']}", _seconds(p["start"]),
+             _seconds(p["start"]) + p["duration_ms"] / 1000, p["failed"]) for p in phases]
+
+
+def _record_lanes(records: list[dict]) -> list[tuple[str, float, float, bool]]:
+    """A lane a record with a wall-clock time (those without one are listed below only)."""
+    lanes = []
+    for r in records:
+        if r["time"]:
+            begin, until = _extent(r, _seconds(r["time"]))
+            lanes.append((f"{r['worker'] or '?'} ({r['role'] or '?'}) · {r['kind']} · {r['name'] or ''}",
+                          begin, until, r["failed"]))
+    return lanes
 
 
 def _place(origin: dict) -> str:

@@ -229,6 +229,7 @@ def lookup_text(result: dict, full: bool = False) -> None:
             workers.append([w["worker"] or "?", w["role"] or "?", str(w["records"]),
                             _offset(min(own), start) if own else "", _offset(max(own), start) if own else ""])
         columns(["worker", "role", "records", "first", "last"], workers)
+        _waterfall(request)
         timeline, previous = [], None
         for r in request["records"]:
             t = _seconds(r["time"]) if r["time"] else None
@@ -241,6 +242,39 @@ def lookup_text(result: dict, full: bool = False) -> None:
         if full:
             for r in request["records"]:
                 _full_record(console, r, start)
+
+
+WATERFALL_COLUMNS = 48
+
+
+def _waterfall(request: dict) -> None:
+    """Where the request's time went on one axis: the phases its workers measured, then its spans,
+    each under its parent; a failed one is marked so."""
+    records = request["records"]
+    spans = [r for r in records if r["kind"] == "span" and r["time"] and r["duration_ms"] is not None]
+    bars = [(f"{p['worker'] or '?'} ({p['role'] or '?'})", p["phase"], _seconds(p["start"]), p["duration_ms"], p["failed"])
+            for p in request["phases"]]
+    depth = {}
+    by_span = {r["span_id"]: r for r in spans}
+    for r in spans:
+        d, parent = 0, by_span.get(r["parent_span_id"])
+        while parent is not None and d < 32:
+            d, parent = d + 1, by_span.get(parent["parent_span_id"])
+        depth[id(r)] = d
+    bars += [(f"{r['worker'] or '?'} ({r['role'] or '?'})", "  " * depth[id(r)] + (r["name"] or "span"),
+              _seconds(r["time"]), r["duration_ms"], r["failed"]) for r in spans]
+    if not bars:
+        return
+    start = min(b[2] for b in bars)
+    total = max(max(b[2] + b[3] / 1000 for b in bars) - start, 1e-6)
+    lines = []
+    for who, what, t, ms, failed in bars:
+        first = min(WATERFALL_COLUMNS - 1, int(WATERFALL_COLUMNS * (t - start) / total))
+        last = max(first + 1, round(WATERFALL_COLUMNS * (t - start + ms / 1000) / total))
+        bar = " " * first + ("x" if failed else "█") * (last - first) + " " * (WATERFALL_COLUMNS - last)
+        lines.append([who, what, f"|{bar}|", f"+{(t - start) * 1000:.1f}", f"{ms:.1f} ms", "failed" if failed else ""])
+    print(f"  where the time went: {total * 1000:.1f} ms (phases its workers measured, then its spans)")
+    columns(["worker", "phase or span", "", "+ms", "took", ""], lines)
 
 
 # What a record holds besides its attributes, in the order `--full` prints it.

@@ -227,7 +227,39 @@ def _request_json(graph: IdGraph, request) -> dict:
         w = workers.setdefault(row["worker"] or "?", {"worker": row["worker"], "role": row["role"], "records": 0})
         w["role"] = w["role"] or row["role"]  # a log line may not know the role its worker's spans state
         w["records"] += 1
-    return {"request_id": request.request_id, "ids": ids, "workers": list(workers.values()), "records": records}
+    return {"request_id": request.request_id, "ids": ids, "workers": list(workers.values()),
+            "phases": _phases(rows), "records": records}
+
+
+def _phases(rows: list[dict]) -> list[dict]:
+    """Where the request's time went, as its workers measured it (the record contract's facts):
+    each phase a worker measured once, from the first record stating it. A phase begins when the
+    worker took the request (a span's or perf record's time; a log's time less its duration, a log
+    being written when what it measured ended), decode at the first token; the entry's whole
+    request is `end to end`."""
+    phases, seen = [], set()
+    for row in rows:
+        if row["time_ns"] is None:
+            continue
+        arrival = row["time_ns"] - (row["duration_ns"] or 0) if row["kind"] == "log" else row["time_ns"]
+        measured = []
+        if row["entry"] and row["duration_ns"]:
+            measured.append(("end to end", 0.0, row["duration_ns"] / 1e6))
+        for fact, phase in (("router_queue_ms", "router queue"), ("queue_ms", "queue"),
+                            ("kv_transfer_ms", "kv transfer"), ("ttft_ms", "to first token")):
+            if row[fact] is not None:
+                measured.append((phase, 0.0, row[fact]))
+        if row["ttft_ms"] is not None and row["e2e_ms"] is not None:
+            measured.append(("decode", row["ttft_ms"], row["e2e_ms"]))
+        for phase, begin_ms, end_ms in measured:
+            if (row["worker"], phase) in seen or end_ms <= begin_ms:
+                continue
+            seen.add((row["worker"], phase))
+            phases.append({"worker": row["worker"], "role": row["role"], "phase": phase,
+                           "start": ns_to_iso(arrival + round(begin_ms * 1e6)), "duration_ms": end_ms - begin_ms,
+                           "measured_by": f"{row['name'] or row['kind']} ({row['source']})",
+                           "failed": bool(row["failed"])})
+    return sorted(phases, key=lambda p: p["start"])
 
 
 def _origin(graph: IdGraph, row: dict) -> dict:

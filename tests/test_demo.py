@@ -109,6 +109,21 @@ def test_a_responses_reply_joins_the_router_and_its_two_workers_and_nothing_else
     router_perf = [r for r in request["records"] if r["source"] == "perf_metrics_jsonl" and r["role"] == "router"]
     assert len(router_perf) == 1 and router_perf[0]["time"] is not None  # placed on the wall clock
 
+    # Where the time went: each worker's phases as its own perf metrics state them, on one axis.
+    phases = {(p["role"], p["phase"]): p for p in request["phases"]}
+    assert {("router", "end to end"), ("router", "router queue"), ("ctx", "queue"), ("ctx", "to first token"),
+            ("gen", "queue"), ("gen", "kv transfer"), ("gen", "to first token"), ("gen", "decode")} <= set(phases)
+    for role in ("ctx", "gen"):
+        [perf] = [r for r in request["records"] if r["source"] == "perf_metrics_jsonl" and r["role"] == role]
+        assert phases[(role, "to first token")]["duration_ms"] == perf["attrs"]["ttft_ms"]
+        assert phases[(role, "queue")]["start"] == perf["time"]
+    gen_perf = [r for r in request["records"] if r["source"] == "perf_metrics_jsonl" and r["role"] == "gen"][0]
+    assert phases[("gen", "decode")]["duration_ms"] == pytest.approx(
+        gen_perf["attrs"]["e2e_ms"] - gen_perf["attrs"]["ttft_ms"])
+    assert phases[("ctx", "to first token")]["start"] < phases[("gen", "queue")]["start"]  # prefill, then decode
+    shown = trace_join("lookup", reply, "--db", demo.db).stdout
+    assert "where the time went" in shown and "kv transfer" in shown and "decode" in shown
+
 
 def test_the_retried_request_is_found_by_both_disagg_ids_and_keeps_its_failed_attempt(demo):
     [end] = [end for end in demo.ends(role="router") if end.get("reply_id", "").startswith("resp_")

@@ -73,7 +73,7 @@ def test_chromium_shows_the_requests_the_waterfall_and_the_failure(tj, tmp_path)
     chromium = [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars"]
 
     dom = subprocess.run([*chromium, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120).stdout
-    for text in (f"{SESSION}", "names 2 requests", "chatcmpl-page-ok", "chatcmpl-page-failed", "Waterfall",
+    for text in (f"{SESSION}", "names 2 requests", "chatcmpl-page-ok", "chatcmpl-page-failed", "Every record on one axis",
                  "request.end · status=500", "error_type", f"{tmp_path / 'logs' / 'router.jsonl'}, byte "):
         assert text in dom, text
     assert "&lt;script&gt;alert" in dom  # shown as the text it was, not run
