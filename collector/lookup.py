@@ -367,5 +367,8 @@ def _summary(row: dict) -> str:
         parts.append(f"{row['duration_ns'] / 1e6:.1f} ms")
     attrs = row["attrs"]
     parts += [f"{k}={attrs[k]}" for k in _SUMMARY_ATTRS if attrs.get(k) not in (None, "")]
+    for event in attrs.get("events") or ():
+        if isinstance(event, dict) and (event.get("exception.type") or event.get("exception.message")):
+            parts.append("exception " + ": ".join(filter(None, (event.get("exception.type"), event.get("exception.message")))))
     return " · ".join(str(p) for p in parts)
 

@@ -240,7 +240,7 @@ class Span:
     trace_id: str | None
     span_id: str | None
     parent_span_id: str | None
-    events: list[dict] | None  # {"name", "time_ns"} of each event; None without events
+    events: list[dict] | None  # span_event() of each event; None without events
 
 
 @dataclass(slots=True)
@@ -276,10 +276,27 @@ def _json_span(span, scope: str | None) -> Span:
         span_id=_id(_get(span, "spanId", "span_id"), 8, "spanId"),
         parent_span_id=_id(_get(span, "parentSpanId", "parent_span_id"), 8, "parentSpanId"),
         events=[
-            {"name": e.get("name"), "time_ns": _int(_get(e, "timeUnixNano", "time_unix_nano"), "event time")}
+            span_event(e.get("name"), _int(_get(e, "timeUnixNano", "time_unix_nano"), "event time"),
+                       attributes(e.get("attributes", [])) if e.get("name") == EXCEPTION_EVENT else {})
             for e in events if isinstance(e, dict)
         ] if events else None,
     )
+
+
+# What an `exception` event says (OpenTelemetry's exception conventions): kept, as the error's
+# own text. Every other event keeps its name and time only, since its attributes may carry the
+# prompt and reply text this reader leaves out.
+EXCEPTION_EVENT = "exception"
+EXCEPTION_ATTRIBUTES = ("exception.type", "exception.message", "exception.stacktrace")
+
+
+def span_event(name, time_ns: int | None, attrs: dict) -> dict:
+    """A span event as a record keeps it: its name and time, and an exception's type, message and
+    stack trace."""
+    event = {"name": name or None, "time_ns": time_ns or None}
+    if name == EXCEPTION_EVENT:
+        event.update((k, attrs[k]) for k in EXCEPTION_ATTRIBUTES if isinstance(attrs.get(k), str))
+    return event
 
 
 def _json_log(log, scope: str | None) -> Log:
@@ -426,7 +443,7 @@ class LineParser:
         if http_status is not None:
             record.status = str(http_status)
         self._ids(record, attrs, worker)
-        # Events keep their name and time only: text in their attributes is never stored.
+        # Events keep their name and time (and an exception what it says; span_event).
         extra = {"span_kind": _SPAN_KINDS.get(span.kind, str(span.kind)), "scope": span.scope,
                  "status_message": span.status_message, "events": span.events, CONTENT_CHARS: content,
                  **_trtllm_span_attrs(attrs)}

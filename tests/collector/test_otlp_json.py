@@ -148,6 +148,8 @@ def test_a_gateway_traced_by_the_plain_sdk_lists_its_route_and_status(tj, tmp_pa
             span.set_attributes({"http.request.method": "POST", "http.route": "/v1/chat/completions",
                                  "url.path": f"/v1/chat/completions/{reply}", "http.response.status_code": status,
                                  "gen_ai.response.id": reply})
+            if status >= 500:
+                span.record_exception(RuntimeError("upstream unavailable"))
     provider.shutdown()
     write_protobuf_json(tmp_path / "gateway.jsonl", list(captured.get_finished_spans()))
     assert tj("ingest", tmp_path / "gateway.jsonl").code == 0
@@ -156,6 +158,8 @@ def test_a_gateway_traced_by_the_plain_sdk_lists_its_route_and_status(tj, tmp_pa
     assert {reply: (r["route"], r["http_status"], r["error"]) for reply, r in listed.items()} == {
         "chatcmpl-plain-ok": ("/v1/chat/completions", "200", False),
         "chatcmpl-plain-503": ("/v1/chat/completions", "503", True)}
+    [failed] = tj("lookup", "chatcmpl-plain-503", "--json").json()["requests"][0]["records"]
+    assert failed["summary"].endswith("exception RuntimeError: upstream unavailable")  # the span's exception event
 
 
 def test_a_span_exported_twice_is_shown_once_naming_both_files(tj, tmp_path):

@@ -61,7 +61,8 @@ def sdk_export():
                 with tracer.start_as_current_span("llm_request", kind=SpanKind.CLIENT, attributes={
                         "gen_ai.request.id": 7, "gen_ai.latency.time_to_first_token": 0.043,
                         "gen_ai.response.finish_reasons": '["stop"]'}) as child:
-                    child.add_event("retry")
+                    child.add_event("retry", {"prompt": "not kept"})
+                    child.record_exception(RuntimeError("generation request 1 failed: the KV cache never arrived"))
                     child.set_status(Status(StatusCode.ERROR, "aborted"))
                     logger.emit(severity_number=SeverityNumber.INFO, severity_text="INFO", body="request received",
                                 attributes={"request_id": INTERNAL_ID, **EVERY_KIND})
@@ -104,6 +105,12 @@ def test_spans_read_from_protobuf_are_the_records_of_their_json(export, tmp_path
     }
     assert [e["name"] for e in root.attrs["events"]] == ["first token", None]  # "" is no name, as in JSON
     assert (child.status, child.attrs["status_message"], child.attrs["ttft_ms"]) == ("error", "aborted", 43.0)
+    # An exception event keeps what it says; any other event its name and time only.
+    retry, exception = child.attrs["events"]
+    assert set(retry) == {"name", "time_ns"}
+    assert (exception["name"], exception["exception.type"], exception["exception.message"]) == (
+        "exception", "RuntimeError", "generation request 1 failed: the KV cache never arrived")
+    assert "RuntimeError" in exception["exception.stacktrace"]
     assert ("engine_request_id", "7", "node-1:4242") in child.ids
     assert ("internal_id", REPLY.removeprefix("chatcmpl-"), None) in root.ids  # implied by the Dynamo reply id
     assert payload.worker == "backend:7587"
