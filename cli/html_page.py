@@ -74,6 +74,10 @@ def _summary(rows: list[dict]) -> str:
 def _request(request: dict, i: int, matched: int) -> str:
     records = request["records"]
     parts = [f"<h2>Request {i} of {matched}</h2>"]
+    if request["first_error"]:
+        e = request["first_error"]
+        parts.append(f"<p class=error>first error: {escape(e['text'])} ({escape(e['worker'] or '?')}, "
+                     f"{escape(e['role'] or '?')}{', ' + escape(e['time']) if e['time'] else ''})</p>")
     id_rows = []
     for kind, values in request["ids"].items():
         if kind == "engine_request_id":

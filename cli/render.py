@@ -215,6 +215,10 @@ def lookup_text(result: dict, full: bool = False) -> None:
     for i, request in enumerate(requests, 1):
         console.print()
         console.print(Text(f"request {i} of {matched}", style="bold"))
+        if request["first_error"]:
+            e = request["first_error"]
+            console.print(Text(visible(f"  first error: {e['text']} ({e['worker'] or '?'}, {e['role'] or '?'}"
+                                       f"{', ' + e['time'][11:26] if e['time'] else ''})"), style="red"))
         ids = request["ids"]
         for kind, values in ids.items():
             if kind == "engine_request_id":

@@ -227,8 +227,18 @@ def _request_json(graph: IdGraph, request) -> dict:
         w = workers.setdefault(row["worker"] or "?", {"worker": row["worker"], "role": row["role"], "records": 0})
         w["role"] = w["role"] or row["role"]  # a log line may not know the role its worker's spans state
         w["records"] += 1
+    # The failure first known: a span's or a measurement's when it ended, a log line's when written.
+    failed = min((row for row in rows if row["failed"]), default=None, key=lambda row: (
+        row["time_ns"] is None,
+        (row["time_ns"] or 0) + (0 if row["kind"] == "log" else row["duration_ns"] or 0)))
+    first_error = None if failed is None else {
+        "time": ns_to_iso(failed["time_ns"]) if failed["time_ns"] is not None else None,
+        "worker": failed["worker"], "role": failed["role"],
+        "text": " · ".join(dict.fromkeys(filter(None, (
+            failed["name"], failed["status"] and f"status={failed['status']}", failed["error_text"],
+            _exception(failed["attrs"])))))}
     return {"request_id": request.request_id, "ids": ids, "workers": list(workers.values()),
-            "phases": _phases(rows), "records": records}
+            "first_error": first_error, "phases": _phases(rows), "records": records}
 
 
 def _phases(rows: list[dict]) -> list[dict]:
@@ -356,6 +366,14 @@ def _place_steady_times(rows: list[dict]) -> None:
     rows.sort(key=lambda r: (r["time_ns"] is None, r["time_ns"] or 0, r["steady_s"] or 0))
 
 
+def _exception(attrs: dict) -> str | None:
+    """What a span's first exception event says (its type and message)."""
+    for event in attrs.get("events") or ():
+        if isinstance(event, dict) and (event.get("exception.type") or event.get("exception.message")):
+            return "exception " + ": ".join(filter(None, (event.get("exception.type"), event.get("exception.message"))))
+    return None
+
+
 def _summary(row: dict) -> str:
     parts = [row["name"] or row["kind"]]
     level = (row["level"] or "").upper()
@@ -367,8 +385,7 @@ def _summary(row: dict) -> str:
         parts.append(f"{row['duration_ns'] / 1e6:.1f} ms")
     attrs = row["attrs"]
     parts += [f"{k}={attrs[k]}" for k in _SUMMARY_ATTRS if attrs.get(k) not in (None, "")]
-    for event in attrs.get("events") or ():
-        if isinstance(event, dict) and (event.get("exception.type") or event.get("exception.message")):
-            parts.append("exception " + ": ".join(filter(None, (event.get("exception.type"), event.get("exception.message")))))
+    if exception := _exception(attrs):
+        parts.append(exception)
     return " · ".join(str(p) for p in parts)
 

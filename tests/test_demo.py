@@ -168,6 +168,12 @@ def test_the_failing_request_shows_its_error_status(demo):
     failed = {demo.process(r["worker"]) for r in request["records"]
               if r["summary"].startswith("ERROR · request.end") and "status=500" in r["summary"]}
     assert failed == {demo.process(router_end["worker"]), gen_end["process"]}
+    # The request's first failure leads it: the generation worker's, which the router's follows.
+    first = request["first_error"]
+    assert demo.process(first["worker"]) == gen_end["process"] and "status=500" in first["text"], \
+        (first, [(r["time"], r["worker"], r["failed"], r["duration_ms"], r["summary"][:50]) for r in request["records"]])
+    shown = trace_join("lookup", router_end["internal_id"], "--db", demo.db).stdout
+    assert f"  first error: {first['text']} ({first['worker']}, gen, " in shown
     errors = demo.query("requests", "--errors")
     assert [row["http_status"] for row in errors if router_end["internal_id"] in row["internal_ids"]] == ["500"]
 
