@@ -139,9 +139,10 @@ def request_table(rows: list[dict], numbered: bool = False) -> None:
             lines)
 
 
-def columns(header: list[str], lines: list[list[str]]) -> None:
+def columns(header: list[str], lines: list[list[str]], styles: list[str | None] | None = None) -> None:
     """Rows of text cells, each cell written out by visible(), in aligned columns under the header,
-    indented as lookup's lines of ids are.
+    indented as lookup's lines of ids are; on a terminal, a row with a style (`styles`, one a row:
+    "red" for a failure) is drawn in it.
     Aligned here rather than by a rich Table, which lays out every cell in Python: 8 s for the
     10,000 requests of a lookup by a label a whole agent session sends."""
     from rich.cells import cell_len
@@ -151,10 +152,18 @@ def columns(header: list[str], lines: list[list[str]]) -> None:
 
     lines = [header, *([visible(cell) for cell in line] for line in lines)]
     widths = [max(width(line[i]) for line in lines) for i in range(len(header))]
-    text = "\n".join("  " + "  ".join(cell + " " * (w - width(cell)) for cell, w in zip(line, widths)).rstrip()
-                     for line in lines)
-    sys.stdout.write(text + "\n")
-    sys.stdout.flush()
+    texts = ["  " + "  ".join(cell + " " * (w - width(cell)) for cell, w in zip(line, widths)).rstrip()
+             for line in lines]
+    styles = [None, *(styles or [None] * (len(lines) - 1))]
+    if not sys.stdout.isatty() or not any(styles):
+        sys.stdout.write("\n".join(texts) + "\n")
+        sys.stdout.flush()
+        return
+    from rich.text import Text
+
+    console = _console()
+    for text, style in zip(texts, styles):
+        console.print(Text(text, style=style or ""), soft_wrap=True)
 
 
 def coverage_text(result: dict) -> None:
@@ -234,15 +243,16 @@ def lookup_text(result: dict, full: bool = False) -> None:
                             _offset(min(own), start) if own else "", _offset(max(own), start) if own else ""])
         columns(["worker", "role", "records", "first", "last"], workers)
         _waterfall(request)
-        timeline, previous = [], None
+        timeline, styles, previous = [], [], None
         for r in request["records"]:
             t = _seconds(r["time"]) if r["time"] else None
             delta = "" if t is None or previous is None else f"{(t - previous) * 1000:.1f}"
             timeline.append([(r["time"] or "")[11:26], _offset(t, start) if t is not None else "", delta,
                              f"{r['worker'] or '?'} ({r['role'] or '?'})", r["kind"],
                              ("[ambiguous] " if r.get("ambiguous") else "") + r["summary"]])
+            styles.append("red" if r["failed"] else "yellow" if (r["level"] or "").upper() in ("WARN", "WARNING") else None)
             previous = t if t is not None else previous
-        columns(["time (UTC)", "+ms", "Δms", "worker", "kind", "summary"], timeline)
+        columns(["time (UTC)", "+ms", "Δms", "worker", "kind", "summary"], timeline, styles)
         if full:
             for r in request["records"]:
                 _full_record(console, r, start)
@@ -278,7 +288,7 @@ def _waterfall(request: dict) -> None:
         bar = " " * first + ("x" if failed else "█") * (last - first) + " " * (WATERFALL_COLUMNS - last)
         lines.append([who, what, f"|{bar}|", f"+{(t - start) * 1000:.1f}", f"{ms:.1f} ms", "failed" if failed else ""])
     print(f"  where the time went: {total * 1000:.1f} ms (phases its workers measured, then its spans)")
-    columns(["worker", "phase or span", "", "+ms", "took", ""], lines)
+    columns(["worker", "phase or span", "", "+ms", "took", ""], lines, ["red" if b[4] else None for b in bars])
 
 
 # What a record holds besides its attributes, in the order `--full` prints it.

@@ -98,3 +98,38 @@ def test_lookup_full_prints_every_attribute_and_where_each_record_was_read(tj, t
     for r in records:
         assert f"read from   {r['origin']['path']}, byte {r['origin']['offset']}" in full
     assert "read from" not in plain
+
+
+def test_on_a_terminal_failures_are_red_and_warnings_yellow(tmp_path, db):
+    """As a person at a terminal sees it: `lookup` run on a pseudo-terminal."""
+    import os
+    import pty
+    import subprocess
+    import sys
+
+    sample = DynamoSample()
+    req = sample.add(x_request_id="tty-1", status="error")
+    sample.write(tmp_path / "logs")
+    subprocess.run([sys.executable, "-m", "tracejoin.cli", "ingest", "--db", str(db), str(tmp_path / "logs")],
+                   check=True, capture_output=True)
+    controller, terminal = pty.openpty()
+    env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "250"}
+    env.pop("NO_COLOR", None)
+    child = subprocess.Popen([sys.executable, "-m", "tracejoin.cli", "lookup", "--db", str(db), req.reply_id],
+                             stdout=terminal, stderr=terminal, env=env)
+    os.close(terminal)
+    out = b""
+    while True:
+        try:
+            chunk = os.read(controller, 65536)
+        except OSError:  # the child closed its end
+            break
+        if not chunk:
+            break
+        out += chunk
+    assert child.wait(timeout=60) == 0
+    lines = out.decode().splitlines()
+    [failed] = [ln for ln in lines if "ERROR · request completed" in ln]
+    assert "\x1b[31m" in failed  # red
+    [received] = [ln for ln in lines if "request received" in ln and "frontend" in ln and "· also" not in ln][:1]
+    assert "\x1b[" not in received  # a line that states no failure is not coloured
