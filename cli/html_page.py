@@ -11,10 +11,10 @@ markup, styles or links to the page.
 
 from __future__ import annotations
 
-from datetime import datetime
 from html import escape
 
-import orjson
+from tracejoin.cli.render import origin_text, record_fields, request_lines, seconds
+from tracejoin.collector.lookup import extent
 
 _STYLE = """
 body { font: 13px/1.4 system-ui, sans-serif; margin: 24px; color: #1d1d1f; }
@@ -60,15 +60,8 @@ def _table(header: list[str], rows: list[list[str]], classes: list[str] | None =
 
 
 def _summary(rows: list[dict]) -> str:
-    lines, classes = [], []
-    for n, r in enumerate(rows, 1):
-        ids = [r["reply_id"]] if r["reply_id"] else (r["internal_ids"] or r["disagg_request_ids"] or r["x_request_ids"])
-        lines.append([str(n), r["start"] or "", _ms(r["duration_ms"]), _ms(r["ttft_ms"]),
-                      str(r["http_status"] or ("error" if r["error"] else "")), r["route"] or r["endpoint"] or "",
-                      r["entry_worker"] or "", ", ".join(r["workers"]), ids[0] if ids else str(r["request_id"])])
-        classes.append("error" if r["error"] else "")
-    return "<h2>Every request</h2>" + _table(
-        ["#", "start (UTC)", "ms", "ttft ms", "status", "route", "entry", "workers", "id"], lines, classes)
+    header, lines = request_lines(rows, numbered=True)
+    return "<h2>Every request</h2>" + _table(header, lines, ["error" if r["error"] else "" for r in rows])
 
 
 def _request(request: dict, i: int, matched: int) -> str:
@@ -94,14 +87,6 @@ def _request(request: dict, i: int, matched: int) -> str:
     return "\n".join(parts)
 
 
-def _extent(record: dict, t: float) -> tuple[float, float]:
-    """When a record's duration ran: from its time for a span or a measurement (perf metrics and
-    hooks are timed at the request's arrival), up to its time for a log line, which is written
-    when what it measures has ended (`request.end`, Dynamo's `request completed`)."""
-    d = (record["duration_ms"] or 0) / 1000
-    return (t - d, t) if record["kind"] == "log" else (t, t + d)
-
-
 def _waterfall(title: str, lanes: list[tuple[str, float, float, bool]]) -> str:
     """Lanes of (label, start, end in seconds, failed) on one time axis: a bar for what lasted, a
     tick for what did not."""
@@ -123,8 +108,8 @@ def _waterfall(title: str, lanes: list[tuple[str, float, float, bool]]) -> str:
 
 
 def _phase_lanes(phases: list[dict]) -> list[tuple[str, float, float, bool]]:
-    return [(f"{p['worker'] or '?'} ({p['role'] or '?'}) · {p['phase']}", _seconds(p["start"]),
-             _seconds(p["start"]) + p["duration_ms"] / 1000, p["failed"]) for p in phases]
+    return [(f"{p['worker'] or '?'} ({p['role'] or '?'}) · {p['phase']}", seconds(p["start"]),
+             seconds(p["start"]) + p["duration_ms"] / 1000, p["failed"]) for p in phases]
 
 
 def _record_lanes(records: list[dict]) -> list[tuple[str, float, float, bool]]:
@@ -132,33 +117,20 @@ def _record_lanes(records: list[dict]) -> list[tuple[str, float, float, bool]]:
     lanes = []
     for r in records:
         if r["time"]:
-            begin, until = _extent(r, _seconds(r["time"]))
+            begin, until = extent(r["kind"], seconds(r["time"]), (r["duration_ms"] or 0) / 1000)
             lanes.append((f"{r['worker'] or '?'} ({r['role'] or '?'}) · {r['kind']} · {r['name'] or ''}",
                           begin, until, r["failed"]))
     return lanes
 
 
-def _place(origin: dict) -> str:
-    return f"{origin['path']}, " + (f"byte {origin['offset']}" if origin["kind"] == "file" else f"body {origin['offset']}")
-
-
 def _record(record: dict) -> str:
-    fields = [("time", record["time"]), ("worker", record["worker"]), ("role", record["role"]),
-              ("source", record["source"]), ("read from", _place(record["origin"])),
-              *((f"also from {also['source']}", _place(also["origin"])) for also in record.get("also", ())),
-              *((k, record.get(k)) for k in ("level", "status", "duration_ms", "trace_id", "span_id",
-                                             "parent_span_id", "clock")),
-              *(record["attrs"] or {}).items()]
-    rows = [[key, value if isinstance(value, str) else orjson.dumps(value).decode()]
-            for key, value in fields if value is not None]
+    rows = [[key, value] for key, value in (
+        ("time", record["time"]), ("worker", record["worker"]), ("role", record["role"]), ("source", record["source"]),
+        ("read from", origin_text(record["origin"])),
+        *((f"also from {also['source']}", origin_text(also["origin"])) for also in record.get("also", ())))
+        if value is not None] + [list(field) for field in record_fields(record)]
     cls = " class=error" if record["failed"] else ""
     return (f"<details><summary{cls}><span class=mono>{escape(record['summary'])}</span></summary>"
             f"<div class=attrs>{_table(['field', 'value'], rows)}</div></details>")
 
 
-def _seconds(iso: str) -> float:
-    return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()
-
-
-def _ms(value) -> str:
-    return "" if value is None else f"{value:.1f}"

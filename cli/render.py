@@ -124,19 +124,23 @@ def table_of_rows(rows: list[dict], as_json: bool, title: str) -> None:
 
 def request_table(rows: list[dict], numbered: bool = False) -> None:
     """`numbered`: each row led by its number, as lookup numbers the requests it shows."""
-    if not rows:
-        return
+    if rows:
+        columns(*request_lines(rows, numbered))
+
+
+def request_lines(rows: list[dict], numbered: bool = False) -> tuple[list[str], list[list[str]]]:
+    """The header and the cells of a table of requests (`requests --json` rows), as text."""
     lines = []
     for n, r in enumerate(rows, 1):
         status = r["http_status"] or ("error" if r["error"] else "")
         if r["disconnected"]:
             status += " (client left)"
         ids = [r["reply_id"]] if r["reply_id"] else (r["internal_ids"] or r["disagg_request_ids"] or r["x_request_ids"])
-        lines.append([*([str(n)] if numbered else []), (r["start"] or "")[:23], _ms(r["duration_ms"]),
-                      _ms(r["ttft_ms"]), status, r["route"] or r["endpoint"] or "", r["entry_worker"] or "",
+        lines.append([*([str(n)] if numbered else []), (r["start"] or "")[:23], ms(r["duration_ms"]),
+                      ms(r["ttft_ms"]), status, r["route"] or r["endpoint"] or "", r["entry_worker"] or "",
                       str(len(r["workers"])), ids[0] if ids else str(r["request_id"])])
-    columns([*(["#"] if numbered else []), "start (UTC)", "ms", "ttft ms", "status", "route", "entry", "workers", "id"],
-            lines)
+    return [*(["#"] if numbered else []), "start (UTC)", "ms", "ttft ms", "status", "route", "entry", "workers",
+            "id"], lines
 
 
 def columns(header: list[str], lines: list[list[str]], styles: list[str | None] | None = None) -> None:
@@ -201,7 +205,7 @@ def next_commands(lines: list[tuple[str, str]]) -> None:
         print(f"  {command:<{width}}  # {why}")
 
 
-def _ms(value) -> str:
+def ms(value) -> str:
     return "" if value is None else f"{value:.1f}"
 
 
@@ -234,18 +238,18 @@ def lookup_text(result: dict, full: bool = False) -> None:
                 values = [f"{e['id']} on {e['worker']}" for e in values]
             if values:
                 console.print(visible(f"  {kind:<18} {', '.join(values)}"))
-        times = [_seconds(r["time"]) for r in request["records"] if r["time"]]
+        times = [seconds(r["time"]) for r in request["records"] if r["time"]]
         start = min(times) if times else None
         workers = []
         for w in request["workers"]:
-            own = [_seconds(r["time"]) for r in request["records"] if r["worker"] == w["worker"] and r["time"]]
+            own = [seconds(r["time"]) for r in request["records"] if r["worker"] == w["worker"] and r["time"]]
             workers.append([w["worker"] or "?", w["role"] or "?", str(w["records"]),
                             _offset(min(own), start) if own else "", _offset(max(own), start) if own else ""])
         columns(["worker", "role", "records", "first", "last"], workers)
         _waterfall(request)
         timeline, styles, previous = [], [], None
         for r in request["records"]:
-            t = _seconds(r["time"]) if r["time"] else None
+            t = seconds(r["time"]) if r["time"] else None
             delta = "" if t is None or previous is None else f"{(t - previous) * 1000:.1f}"
             timeline.append([(r["time"] or "")[11:26], _offset(t, start) if t is not None else "", delta,
                              f"{r['worker'] or '?'} ({r['role'] or '?'})", r["kind"],
@@ -266,7 +270,7 @@ def _waterfall(request: dict) -> None:
     each under its parent; a failed one is marked so."""
     records = request["records"]
     spans = [r for r in records if r["kind"] == "span" and r["time"] and r["duration_ms"] is not None]
-    bars = [(f"{p['worker'] or '?'} ({p['role'] or '?'})", p["phase"], _seconds(p["start"]), p["duration_ms"], p["failed"])
+    bars = [(f"{p['worker'] or '?'} ({p['role'] or '?'})", p["phase"], seconds(p["start"]), p["duration_ms"], p["failed"])
             for p in request["phases"]]
     depth = {}
     by_span = {r["span_id"]: r for r in spans}
@@ -276,17 +280,18 @@ def _waterfall(request: dict) -> None:
             d, parent = d + 1, by_span.get(parent["parent_span_id"])
         depth[id(r)] = d
     bars += [(f"{r['worker'] or '?'} ({r['role'] or '?'})", "  " * depth[id(r)] + (r["name"] or "span"),
-              _seconds(r["time"]), r["duration_ms"], r["failed"]) for r in spans]
+              seconds(r["time"]), r["duration_ms"], r["failed"]) for r in spans]
     if not bars:
         return
     start = min(b[2] for b in bars)
     total = max(max(b[2] + b[3] / 1000 for b in bars) - start, 1e-6)
     lines = []
-    for who, what, t, ms, failed in bars:
+    for who, what, t, took_ms, failed in bars:
         first = min(WATERFALL_COLUMNS - 1, int(WATERFALL_COLUMNS * (t - start) / total))
-        last = max(first + 1, round(WATERFALL_COLUMNS * (t - start + ms / 1000) / total))
+        last = max(first + 1, round(WATERFALL_COLUMNS * (t - start + took_ms / 1000) / total))
         bar = " " * first + ("x" if failed else "█") * (last - first) + " " * (WATERFALL_COLUMNS - last)
-        lines.append([who, what, f"|{bar}|", f"+{(t - start) * 1000:.1f}", f"{ms:.1f} ms", "failed" if failed else ""])
+        lines.append([who, what, f"|{bar}|", f"+{(t - start) * 1000:.1f}", f"{took_ms:.1f} ms",
+                      "failed" if failed else ""])
     print(f"  where the time went: {total * 1000:.1f} ms (phases its workers measured, then its spans)")
     columns(["worker", "phase or span", "", "+ms", "took", ""], lines, ["red" if b[4] else None for b in bars])
 
@@ -298,30 +303,39 @@ _RECORD_FIELDS = ("level", "status", "duration_ms", "trace_id", "span_id", "pare
 def _full_record(console, record: dict, start: float | None) -> None:
     from rich.text import Text
 
-    t = _seconds(record["time"]) if record["time"] else None
+    t = seconds(record["time"]) if record["time"] else None
     when = f"+{_offset(t, start)} ms" if t is not None and start is not None else record["time"] or "no time"
     console.print()
     console.print(Text(visible(f"{when}  {record['worker'] or '?'} ({record['role'] or '?'})  {record['kind']}  "
                                f"{record['name'] or ''}"), style="bold"))
     origin = record["origin"]
-    place = f"byte {origin['offset']}" if origin["kind"] == "file" else f"body {origin['offset']}"
-    console.print(visible(f"    read from   {origin['path']}, {place}"
+    console.print(visible(f"    read from   {origin_text(origin)}"
                           + (f", record {origin['seq'] + 1} of its {'line' if origin['kind'] == 'file' else 'body'}"
                              if origin["seq"] else "")
                           + f" ({record['source']})"))
     for also in record.get("also", ()):
-        o = also["origin"]
-        console.print(visible(f"    also from   {o['path']}, {'byte' if o['kind'] == 'file' else 'body'} {o['offset']}"
-                              f" ({also['source']})"))
+        console.print(visible(f"    also from   {origin_text(also['origin'])} ({also['source']})"))
+    fields = record_fields(record)
+    width = max((len(k) for k, _ in fields), default=0)
+    for key, text in fields:
+        console.print(visible(f"    {key:<{width}}  {text}"), soft_wrap=True)
+
+
+def origin_text(origin: dict) -> str:
+    """Where a record was read, for people: the file and byte its line starts at, or the receiver
+    and the number of the body it came in."""
+    return f"{origin['path']}, {'byte' if origin['kind'] == 'file' else 'body'} {origin['offset']}"
+
+
+def record_fields(record: dict) -> list[tuple[str, str]]:
+    """What a lookup record holds besides its time, worker and place, its attributes last, each
+    value as text (JSON where it is not text)."""
     fields = [(k, record.get(k)) for k in _RECORD_FIELDS] + list((record["attrs"] or {}).items())
-    width = max((len(k) for k, v in fields if v is not None), default=0)
-    for key, value in fields:
-        if value is not None:
-            text = value if isinstance(value, str) else orjson.dumps(value).decode()
-            console.print(visible(f"    {key:<{width}}  {text}"), soft_wrap=True)
+    return [(key, value if isinstance(value, str) else orjson.dumps(value).decode())
+            for key, value in fields if value is not None]
 
 
-def _seconds(iso: str) -> float:
+def seconds(iso: str) -> float:
     from datetime import datetime
 
     return datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp()

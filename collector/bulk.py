@@ -49,7 +49,7 @@ from .duckdb_engine import duckdb
 from .lines import read_line
 from .records import RECORDS_SCHEMA, BatchBuilder
 from .sources.bulk_sql import MACROS, Rules, literal
-from .store import BulkRows, Origin, Store
+from .store import BulkRows, Origin, Store, registered
 
 CHUNK_BYTES = 16 << 20  # a file is cut into pieces of about this; splitting one copies it for a moment
 SCAN_ROWS = 8192  # lines to an Arrow record batch: DuckDB scans a table's batches in parallel
@@ -202,14 +202,8 @@ class BulkReader:
             "bulk_taken": _table(taken_rows, f=pa.int32(), idx=pa.int32(), shift=pa.int64()),
             "bulk_scopes": _table(scope_rows, f=pa.int32(), idx=pa.int32(), scope=pa.string()),
         }
-        con.complete()
-        for name, table in tables.items():
-            con.register(name, table)
-        try:
+        with registered(con, tables):
             con.execute(_NUMBERS)
-        finally:
-            for name in tables:
-                con.unregister(name)
         rows = BulkRows(records=f"SELECT {_RECORD_COLUMNS} FROM ({_STORED})",
                         ids=pieces[0].file.rules.ids.replace("{records}", f"({_STORED_WITH_SCOPE})"),
                         tables=tables, first_record_id=first_record_id, batch_record_ids=parser_record_ids,
@@ -303,7 +297,7 @@ def _stage(con, pieces: list[_Piece]) -> tuple[dict[int, list[int]], dict[int, p
     file = pieces[0].file
     rules = file.rules
     select, staged_lines = _with_settings(rules.select, pieces)
-    con.complete()  # a result a caller left unread would refuse the registering (as Store's _registered)
+    con.complete()  # a result a caller left unread would refuse the registering (as store.registered)
     con.register("bulk_lines", pa.Table.from_batches(batches, _LINES_SCHEMA))
     wrapped = _wrap_json_lines(pieces, rules.json_columns) if rules.json_columns else None
     # The rows carry their place (f, idx), so they may come in any order: on every thread.

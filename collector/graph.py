@@ -25,6 +25,9 @@ from .requests import group_records
 from .store import Store, by_record_ids
 
 _CHUNK = 2000  # values per query
+# Ids a query is never found as: a span is named by its trace and span ids together, which no
+# one quotes.
+NOT_LOOKED_UP = (SPAN, PARENT_SPAN)
 # Up to this many values, each is looked up on its own (one row group of each id run); more are
 # joined against the whole index in one scan, which costs the same for 10 values as for 2,000.
 _FEW_VALUES = 32
@@ -83,11 +86,10 @@ class IdGraph:
         # id named by a perf file (host:pid) and by the middleware (host:port) is one key.
         self._aliases = dict(self.con.execute("SELECT alias, worker FROM worker_aliases").fetchall())
 
-    @property
-    def origins(self) -> dict[int, tuple[str, bool]]:
-        """(path or receiver's name, whether it is a file) of each origin the loaded records come
-        from, read once. A receiver's origin has no head: its fingerprint is its name."""
-        wanted = {n.record["origin_id"] for n in self.nodes.values()} - self._origins.keys()
+    def origins(self, origin_ids) -> dict[int, tuple[str, bool]]:
+        """(path or receiver's name, whether it is a file) of these origins, each read once. A
+        receiver's origin has no head: its fingerprint is its name."""
+        wanted = set(origin_ids) - self._origins.keys()
         if wanted:
             self._origins.update((origin_id, (path, head_len > 0)) for origin_id, path, head_len in self.con.execute(
                 f"SELECT origin_id, path, head_len FROM origins WHERE origin_id IN ({','.join(map(str, sorted(wanted)))})"
@@ -152,7 +154,7 @@ class IdGraph:
             (record_id, kind)
             for v in set(values)
             for record_id, kind, _ in self._rows[v]
-            if (kinds is None and kind not in (SPAN, PARENT_SPAN)) or (kinds is not None and kind in kinds)
+            if (kinds is None and kind not in NOT_LOOKED_UP) or (kinds is not None and kind in kinds)
         ]
 
     # -- the walk -------------------------------------------------------------------------------
@@ -270,8 +272,12 @@ def _covers(window: tuple[int, int], t: int) -> bool:
 
 def found(con, values: list[str]) -> set[int]:
     """The record ids the index finds for these values by their hashes."""
-    if len(values) <= _FEW_VALUES:  # each hash a constant: one row group of each run
-        sql = " UNION ALL ".join(["SELECT record_id FROM id_index WHERE key = hash(?)"] * len(values))
-    else:
-        sql = f"SELECT record_id FROM id_index WHERE key IN (SELECT hash(unnest([{','.join('?' * len(values))}])))"
-    return {r for (r,) in con.execute(sql, values).fetchall()}
+    return {r for (r,) in con.execute(found_sql(len(values)), values).fetchall()}
+
+
+def found_sql(n: int) -> str:
+    """SQL for the record ids the index finds for n values, the parameters $1 to $n, by their hashes."""
+    marks = [f"${i}" for i in range(1, n + 1)]
+    if n <= _FEW_VALUES:  # each hash a constant: one row group of each run
+        return " UNION ALL ".join(f"SELECT record_id FROM id_index WHERE key = hash({m})" for m in marks)
+    return f"SELECT record_id FROM id_index WHERE key IN (SELECT hash(unnest([{', '.join(marks)}])))"

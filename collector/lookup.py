@@ -7,10 +7,10 @@ from dataclasses import dataclass
 
 import orjson
 
-from .graph import IdGraph, found
+from .graph import NOT_LOOKED_UP, IdGraph, found, found_sql
 from .ids import (
-    CTX_REQUEST_ID, DISAGG_REQUEST_ID, ENGINE_REQUEST_ID, INTERNAL_ID, PARENT_SPAN, REPLY_ID, SPAN, TRACE_ID,
-    X_REQUEST_ID, implied_by_query,
+    CTX_REQUEST_ID, DISAGG_REQUEST_ID, ENGINE_REQUEST_ID, INTERNAL_ID, REPLY_ID, TRACE_ID, X_REQUEST_ID,
+    implied_by_query,
 )
 from .request_list import summaries
 from .requests import build_requests, requests_current, summarize_grouped, update_requests
@@ -43,6 +43,12 @@ class Window:
             return False
         return (self.since_ns is None or t >= self.since_ns) and (self.until_ns is None or t <= self.until_ns)
 
+    def sql(self, column: str) -> str:
+        """`contains` as SQL over a column of ns (NULL, not false, for a time unknown)."""
+        bounds = ([f"{column} >= {int(self.since_ns)}"] if self.since_ns is not None else []) + \
+                 ([f"{column} <= {int(self.until_ns)}"] if self.until_ns is not None else [])
+        return " AND ".join(bounds) or "true"
+
     def as_json(self) -> dict:
         return {
             "since": ns_to_iso(self.since_ns) if self.since_ns is not None else None,
@@ -69,8 +75,7 @@ def lookup(store: Store, query: str, window: Window | None = None, limit: int = 
     if many and not store.read_only:
         update_requests(store)  # and keep them for the next reader
     if many and requests_current(store):
-        id_kinds, summary, requests = _from_stored_requests(store, graph, wanted, window, limit)
-        matched = len(summary)
+        id_kinds, matched, summary, requests = _from_stored_requests(store, graph, wanted, window, limit)
     else:
         id_kinds, matched, summary, requests = _walked(store, graph, wanted, window, limit)
     direct_kinds, implied_kinds = id_kinds
@@ -101,8 +106,9 @@ def carried_by_many(store: Store, query: str) -> bool:
 
 
 def _walked(store: Store, graph: IdGraph, wanted: list[tuple[str, str | None]], window: Window, limit: int):
-    """(kinds the query and its implied ids were found as), the summary of every request the
-    records carrying them belong to, and the first `limit` of those requests: all walked."""
+    """The kinds the query and its implied ids were found as, how many requests the records
+    carrying them belong to, their summary (when more than one), and the first `limit` of those
+    requests: all walked."""
     graph.rows_for([value for value, _ in wanted])  # one read of the index for all of them
     (query, _), implied = wanted[0], wanted[1:]
     direct = graph.carriers([query])
@@ -126,19 +132,14 @@ def _from_stored_requests(store: Store, graph: IdGraph, wanted: list[tuple[str, 
     """As _walked, for an id many records carry: the requests they belong to from the stored
     requests tables, in SQL, and only the first `limit` walked, from their own records."""
     con = store.con
-    values = [value for value, _ in wanted]
     found_as = " OR ".join(
-        f"(i.value = ${n} AND " + (f"i.kind NOT IN ('{SPAN}', '{PARENT_SPAN}'))" if kind is None else f"i.kind = '{kind}')")
+        f"(i.value = ${n} AND i.kind " + (f"NOT IN {NOT_LOOKED_UP})" if kind is None else f"= '{kind}')")
         for n, (_, kind) in enumerate(wanted, 1))
-    in_window = " AND ".join(
-        [f"r.time_ns >= {window.since_ns}"] * (window.since_ns is not None)
-        + [f"r.time_ns <= {window.until_ns}"] * (window.until_ns is not None)) or "true"
     con.execute(f"""
         CREATE OR REPLACE TEMP TABLE lookup_carriers AS
-        SELECT i.record_id, i.kind, i.value = $1 AS direct, m.request_id, {in_window} AS in_window
+        SELECT i.record_id, i.kind, i.value = $1 AS direct, m.request_id, {window.sql("r.time_ns")} AS in_window
         FROM record_ids i JOIN records r USING (record_id) JOIN request_records m USING (record_id)
-        WHERE i.record_id IN (SELECT record_id FROM id_index WHERE key IN (SELECT hash(unnest([{", ".join(f"${n}" for n in range(1, len(values) + 1))}]))))
-          AND ({found_as})""", values)
+        WHERE i.record_id IN ({found_sql(len(wanted))}) AND ({found_as})""", [value for value, _ in wanted])
     kinds = tuple([k for (k,) in con.execute(f"SELECT DISTINCT kind FROM lookup_carriers WHERE direct = {flag}").fetchall()]
                   for flag in ("true", "false"))
     build_requests(store)  # read-only and current: the stored tables under the names summaries reads
@@ -147,7 +148,7 @@ def _from_stored_requests(store: Store, graph: IdGraph, wanted: list[tuple[str, 
     walked = [r for (r,) in con.execute("SELECT DISTINCT record_id FROM lookup_carriers WHERE in_window AND "
                                         "request_id IN (SELECT unnest(?::BIGINT[]))", [shown]).fetchall()]
     graph.load(walked)
-    return kinds, summary, _in_order_of(summary, graph.requests(walked) if walked else [])
+    return kinds, len(summary), summary, _in_order_of(summary, graph.requests(walked) if walked else [])
 
 
 def _in_order_of(summary: list[dict], requests: list) -> list:
@@ -193,6 +194,7 @@ def _request_json(graph: IdGraph, request) -> dict:
     rows = _record_rows(graph, request.record_ids)
     _place_steady_times(rows)
     rows = _one_event_once(rows)
+    origins = graph.origins({r["origin_id"] for r in rows} | {o["origin_id"] for r in rows for o in r["also"]})
     records = []
     workers: dict[str, dict] = {}
     for row in rows:
@@ -212,10 +214,10 @@ def _request_json(graph: IdGraph, request) -> dict:
             "parent_span_id": row["parent_span_id"],
             "attrs": row["attrs"],
             "failed": bool(row["failed"]),
-            "origin": _origin(graph, row),
+            "origin": _origin(origins, row),
         }
         if row["also"]:
-            rec["also"] = [{"source": other["source"], "origin": _origin(graph, other)} for other in row["also"]]
+            rec["also"] = [{"source": other["source"], "origin": _origin(origins, other)} for other in row["also"]]
             rec["summary"] += " · also from " + ", ".join(dict.fromkeys(other["source"] for other in row["also"]))
         if row["record_id"] in request.ambiguous:
             rec["ambiguous"] = True
@@ -227,10 +229,9 @@ def _request_json(graph: IdGraph, request) -> dict:
         w = workers.setdefault(row["worker"] or "?", {"worker": row["worker"], "role": row["role"], "records": 0})
         w["role"] = w["role"] or row["role"]  # a log line may not know the role its worker's spans state
         w["records"] += 1
-    # The failure first known: a span's or a measurement's when it ended, a log line's when written.
+    # The failure first known: when the record's duration ended.
     failed = min((row for row in rows if row["failed"]), default=None, key=lambda row: (
-        row["time_ns"] is None,
-        (row["time_ns"] or 0) + (0 if row["kind"] == "log" else row["duration_ns"] or 0)))
+        row["time_ns"] is None, extent(row["kind"], row["time_ns"] or 0, row["duration_ns"] or 0)[1]))
     first_error = None if failed is None else {
         "time": ns_to_iso(failed["time_ns"]) if failed["time_ns"] is not None else None,
         "worker": failed["worker"], "role": failed["role"],
@@ -241,17 +242,23 @@ def _request_json(graph: IdGraph, request) -> dict:
             "first_error": first_error, "phases": _phases(rows), "records": records}
 
 
+def extent(kind: str, time, duration):
+    """When a record's duration ran, in the unit of its time and duration: from its time for a span
+    or a measurement (perf metrics and hooks are timed at the request's arrival), up to its time
+    for a log line, which is written when what it measures has ended (`request.end`)."""
+    return (time - duration, time) if kind == "log" else (time, time + duration)
+
+
 def _phases(rows: list[dict]) -> list[dict]:
     """Where the request's time went, as its workers measured it (the record contract's facts):
     each phase a worker measured once, from the first record stating it. A phase begins when the
-    worker took the request (a span's or perf record's time; a log's time less its duration, a log
-    being written when what it measured ended), decode at the first token; the entry's whole
-    request is `end to end`."""
+    worker took the request (when the record's duration began, `extent`), decode at the first
+    token; the entry's whole request is `end to end`."""
     phases, seen = [], set()
     for row in rows:
         if row["time_ns"] is None:
             continue
-        arrival = row["time_ns"] - (row["duration_ns"] or 0) if row["kind"] == "log" else row["time_ns"]
+        arrival = extent(row["kind"], row["time_ns"], row["duration_ns"] or 0)[0]
         measured = []
         if row["entry"] and row["duration_ns"]:
             measured.append(("end to end", 0.0, row["duration_ns"] / 1e6))
@@ -272,11 +279,11 @@ def _phases(rows: list[dict]) -> list[dict]:
     return sorted(phases, key=lambda p: p["start"])
 
 
-def _origin(graph: IdGraph, row: dict) -> dict:
+def _origin(origins: dict[int, tuple[str, bool]], row: dict) -> dict:
     """Where the record was read: the file and the byte its line starts at (in the decompressed
     stream of a .gz), or the receiver and the number of the body it came in; `seq`, the record's
     place among those of its line or body."""
-    path, is_file = graph.origins.get(row["origin_id"], (None, True))
+    path, is_file = origins.get(row["origin_id"], (None, True))
     return {"path": path, "kind": "file" if is_file else "received", "offset": row["offset"], "seq": row["seq"]}
 
 

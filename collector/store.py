@@ -470,7 +470,7 @@ class Store:
             batch.clear()
             tables = {"batch_records": records, "batch_record_ids": ids, "batch_quarantine": quarantined,
                       "batch_origins": origins, **(bulk.tables if bulk else {})}
-            with _registered(con, tables), transaction(con):
+            with registered(con, tables), transaction(con):
                 _insert(con, "records", records, more=bulk and bulk.records)
                 _insert(con, "record_ids", ids, more=bulk and bulk.ids)
                 id_index.add(con, f"(SELECT * FROM record_ids WHERE record_id >= {first})")
@@ -560,7 +560,7 @@ def _insert(con, table: str, rows: pa.Table, more: str | None = None, sql: str |
 
 
 @contextmanager
-def _registered(con, tables: dict[str, pa.Table]) -> Iterator[None]:
+def registered(con, tables: dict[str, pa.Table]) -> Iterator[None]:
     """The Arrow tables registered on the connection under their names while the block runs
     (outside the transaction: a failed statement leaves it aborted, and unregistering in it would
     raise over the statement's own error)."""

@@ -28,7 +28,7 @@ from opentelemetry.proto.collector.trace.v1 import trace_service_pb2
 
 from ..records import Record, check_storable
 from ..sources import otlp_json
-from ..sources.otlp_json import EXCEPTION_EVENT, Log, Span, id_hex, span_event
+from ..sources.otlp_json import Log, Span, id_hex, span_event
 from ..sources.parsing import Unparseable, load_object
 from .writer import Body, Busy
 
@@ -68,8 +68,7 @@ def _span(span, scope: str | None) -> Span:
         trace_id=id_hex(span.trace_id, 16, "traceId"),
         span_id=id_hex(span.span_id, 8, "spanId"),
         parent_span_id=id_hex(span.parent_span_id, 8, "parentSpanId"),
-        events=[span_event(e.name, e.time_unix_nano, _attributes(e.attributes) if e.name == EXCEPTION_EVENT else {})
-                for e in span.events] or None,
+        events=[span_event(e.name, e.time_unix_nano, lambda e=e: _attributes(e.attributes)) for e in span.events] or None,
     )
 
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 import base64
 import binascii
 from dataclasses import dataclass
+from typing import Callable
 
 import orjson
 
@@ -277,7 +278,7 @@ def _json_span(span, scope: str | None) -> Span:
         parent_span_id=_id(_get(span, "parentSpanId", "parent_span_id"), 8, "parentSpanId"),
         events=[
             span_event(e.get("name"), _int(_get(e, "timeUnixNano", "time_unix_nano"), "event time"),
-                       attributes(e.get("attributes", [])) if e.get("name") == EXCEPTION_EVENT else {})
+                       lambda e=e: attributes(e.get("attributes", [])))
             for e in events if isinstance(e, dict)
         ] if events else None,
     )
@@ -290,11 +291,12 @@ EXCEPTION_EVENT = "exception"
 EXCEPTION_ATTRIBUTES = ("exception.type", "exception.message", "exception.stacktrace")
 
 
-def span_event(name, time_ns: int | None, attrs: dict) -> dict:
+def span_event(name, time_ns: int | None, attributes_of: Callable[[], dict]) -> dict:
     """A span event as a record keeps it: its name and time, and an exception's type, message and
-    stack trace."""
+    stack trace (`attributes_of()` reads the event's attributes, for an exception only)."""
     event = {"name": name or None, "time_ns": time_ns or None}
     if name == EXCEPTION_EVENT:
+        attrs = attributes_of()
         event.update((k, attrs[k]) for k in EXCEPTION_ATTRIBUTES if isinstance(attrs.get(k), str))
     return event
 
