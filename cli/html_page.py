@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from html import escape
 
-from tracejoin.cli.render import origin_text, record_fields, request_lines, seconds
+from tracejoin.cli.render import origin_text, record_fields, request_heading, request_lines, seconds
 from tracejoin.collector.lookup import extent
 
 _STYLE = """
@@ -32,6 +32,7 @@ code, .mono { font-family: ui-monospace, monospace; font-size: 12px; }
 .tick.error { background: #d0343f; }
 details { margin: 2px 0 6px 0; } summary { cursor: pointer; }
 .attrs td:first-child { color: #555; }
+.attrs td { white-space: pre-wrap; }  /* a traceback keeps its lines */
 """
 
 def page(result: dict) -> str:
@@ -66,11 +67,10 @@ def _summary(rows: list[dict]) -> str:
 
 def _request(request: dict, i: int, matched: int) -> str:
     records = request["records"]
-    parts = [f"<h2>Request {i} of {matched}</h2>"]
-    if request["first_error"]:
-        e = request["first_error"]
-        parts.append(f"<p class=error>first error: {escape(e['text'])} ({escape(e['worker'] or '?')}, "
-                     f"{escape(e['role'] or '?')}{', ' + escape(e['time']) if e['time'] else ''})</p>")
+    heading, failed = request_heading(request, i, matched)
+    title, _, outcome = heading.partition(" · ")
+    parts = [f"<h2>{escape(title.capitalize())}</h2>",
+             f"<p class='{'error' if failed else 'warning' if request['first_error'] else ''}'>{escape(outcome)}</p>"]
     id_rows = []
     for kind, values in request["ids"].items():
         if kind == "engine_request_id":

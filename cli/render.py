@@ -227,11 +227,9 @@ def lookup_text(result: dict, full: bool = False) -> None:
         console.print(f"the first {len(requests)} with their records (--limit N for more, --limit 0 for all):")
     for i, request in enumerate(requests, 1):
         console.print()
-        console.print(Text(f"request {i} of {matched}", style="bold"))
-        if request["first_error"]:
-            e = request["first_error"]
-            console.print(Text(visible(f"  first error: {e['text']} ({e['worker'] or '?'}, {e['role'] or '?'}"
-                                       f"{', ' + e['time'][11:26] if e['time'] else ''})"), style="red"))
+        heading, failed = request_heading(request, i, matched)
+        console.print(Text(visible(heading), style="bold red" if failed else "bold yellow" if request["first_error"]
+                           else "bold"))
         ids = request["ids"]
         for kind, values in ids.items():
             if kind == "engine_request_id":
@@ -260,6 +258,22 @@ def lookup_text(result: dict, full: bool = False) -> None:
         if full:
             for r in request["records"]:
                 _full_record(console, r, start)
+
+
+def request_heading(request: dict, i: int, matched: int) -> tuple[str, bool]:
+    """`request 1 of 3 · HTTP 500 · failed: <its first error> (<worker>, <role>, <time>)`, and
+    whether the request failed for its client (an HTTP status of 500 and up, or a failure and no
+    status); a failure the request got past is said as such."""
+    outcome, error = request["outcome"], request["first_error"]
+    status = outcome["http_status"]
+    parts = [f"request {i} of {matched}", f"HTTP {status}" if status else "no HTTP status recorded"]
+    if outcome["client_left"]:
+        parts.append("the client left first")
+    failed = error is not None and (status is None or status >= "500")
+    if error:
+        where = ", ".join(filter(None, (error["worker"] or "?", error["role"] or "?", (error["time"] or "")[11:26])))
+        parts.append(f"{'failed' if failed else 'answered after a failure'}: {error['text']} ({where})")
+    return " · ".join(parts), failed
 
 
 WATERFALL_COLUMNS = 48
@@ -297,7 +311,8 @@ def _waterfall(request: dict) -> None:
 
 
 # What a record holds besides its attributes, in the order `--full` prints it.
-_RECORD_FIELDS = ("level", "status", "duration_ms", "trace_id", "span_id", "parent_span_id", "clock")
+_RECORD_FIELDS = ("level", "status", "duration_ms", "trace_id", "span_id", "parent_span_id", "clock", "inferred",
+                  "exception", "lines", "text")
 
 
 def _full_record(console, record: dict, start: float | None) -> None:
@@ -317,8 +332,9 @@ def _full_record(console, record: dict, start: float | None) -> None:
         console.print(visible(f"    also from   {origin_text(also['origin'])} ({also['source']})"))
     fields = record_fields(record)
     width = max((len(k) for k, _ in fields), default=0)
-    for key, text in fields:
-        console.print(visible(f"    {key:<{width}}  {text}"), soft_wrap=True)
+    for key, text in fields:  # a text of many lines (a traceback) under its first, aligned
+        console.print("\n".join(visible(f"    {key if n == 0 else '':<{width}}  {line}")
+                                for n, line in enumerate(text.split("\n"))), soft_wrap=True)
 
 
 def origin_text(origin: dict) -> str:

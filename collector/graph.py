@@ -35,13 +35,13 @@ _FEW_VALUES = 32
 
 # A record's columns as the view record_workers states them (its worker and role settled against
 # the rest of the store); the first eight are the walk's, the rest are read in the same query for
-# lookup to show, with the record contract's facts lookup shows: whether it states a failure and
-# the phases of the request it measured.
+# lookup to show, with the record contract's facts lookup shows: whether it states a failure, the
+# HTTP status it answered with and the phases of the request it measured.
 _STORED_COLUMNS = (
     "record_id", "time_ns", "worker", "role", "entry", "trace_id", "span_id", "parent_span_id",
     "steady_s", "source", "kind", "level", "name", "duration_ns", "status", "attrs", "origin_id", "offset", "seq",
 )
-_FACTS = ("failed", "error_text", "router_queue_ms", "queue_ms", "kv_transfer_ms", "ttft_ms", "e2e_ms")
+_FACTS = ("failed", "error_text", "http_status", "disconnected", "router_queue_ms", "queue_ms", "kv_transfer_ms", "ttft_ms", "e2e_ms")
 RECORD_COLUMNS = (*_STORED_COLUMNS, *_FACTS)
 _SELECT_RECORDS = ", ".join(f'"{c}"' for c in _STORED_COLUMNS) + ", " + record_contract.columns(*_FACTS)
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import orjson
 
+from . import error_lines
 from .graph import NOT_LOOKED_UP, IdGraph, found, found_sql
 from .ids import (
     CTX_REQUEST_ID, DISAGG_REQUEST_ID, ENGINE_REQUEST_ID, INTERNAL_ID, REPLY_ID, TRACE_ID, X_REQUEST_ID,
@@ -193,6 +194,7 @@ def _request_json(graph: IdGraph, request) -> dict:
 
     rows = _record_rows(graph, request.record_ids)
     _place_steady_times(rows)
+    rows = error_lines.whole_texts(graph, rows + error_lines.inferred_rows(graph, rows))
     rows = _one_event_once(rows)
     origins = graph.origins({r["origin_id"] for r in rows} | {o["origin_id"] for r in rows for o in r["also"]})
     records = []
@@ -216,30 +218,51 @@ def _request_json(graph: IdGraph, request) -> dict:
             "failed": bool(row["failed"]),
             "origin": _origin(origins, row),
         }
+        if "text" in row:
+            rec.update(text=row["text"], lines=row["lines"], exception=row["exception"])
+        if row.get("inferred"):
+            rec["inferred"] = True
         if row["also"]:
             rec["also"] = [{"source": other["source"], "origin": _origin(origins, other)} for other in row["also"]]
             rec["summary"] += " · also from " + ", ".join(dict.fromkeys(other["source"] for other in row["also"]))
-        if row["record_id"] in request.ambiguous:
+        if row["record_id"] in request.ambiguous or row.get("ambiguous"):
             rec["ambiguous"] = True
         if row.get("anchor"):
             rec["clock"] = f"steady {row['steady_s']:.6f} s, placed by {row['anchor']}"
+        elif row.get("clock"):
+            rec["clock"] = row["clock"]
         elif row["time_ns"] is None and row["steady_s"] is not None:
             rec["clock"] = f"steady {row['steady_s']:.6f} s, no wall-clock anchor in this request"
         records.append(rec)
         w = workers.setdefault(row["worker"] or "?", {"worker": row["worker"], "role": row["role"], "records": 0})
         w["role"] = w["role"] or row["role"]  # a log line may not know the role its worker's spans state
         w["records"] += 1
-    # The failure first known: when the record's duration ended.
+    # The failure first known: when the record's duration ended; of two at once, one that says why.
     failed = min((row for row in rows if row["failed"]), default=None, key=lambda row: (
-        row["time_ns"] is None, extent(row["kind"], row["time_ns"] or 0, row["duration_ns"] or 0)[1]))
+        row["time_ns"] is None, extent(row["kind"], row["time_ns"] or 0, row["duration_ns"] or 0)[1],
+        not row.get("exception")))
     first_error = None if failed is None else {
         "time": ns_to_iso(failed["time_ns"]) if failed["time_ns"] is not None else None,
         "worker": failed["worker"], "role": failed["role"],
         "text": " · ".join(dict.fromkeys(filter(None, (
-            failed["name"], failed["status"] and f"status={failed['status']}", failed["error_text"],
-            _exception(failed["attrs"])))))}
+            None if failed.get("exception") and failed["name"] == _TRACEBACK else failed["name"],
+            failed["status"] and f"status={failed['status']}", failed["error_text"],
+            failed.get("exception"), _exception(failed["attrs"])))))}
     return {"request_id": request.request_id, "ids": ids, "workers": list(workers.values()),
-            "first_error": first_error, "phases": _phases(rows), "records": records}
+            "outcome": _outcome(rows, first_error), "first_error": first_error, "phases": _phases(rows),
+            "records": records}
+
+
+_TRACEBACK = "Traceback (most recent call last):"
+
+
+def _outcome(rows: list[dict], first_error: dict | None) -> dict:
+    """How the request ended for its client: the HTTP status its entry server's records state it
+    answered with, whether anything on its way failed, whether the client left first."""
+    entry_workers = {row["worker"] for row in rows if row["entry"]}
+    answered = [row["http_status"] for row in rows if row["http_status"] and row["worker"] in entry_workers]
+    return {"http_status": max(answered, default=None), "failed": first_error is not None,
+            "client_left": any(row["disconnected"] for row in rows)}
 
 
 def extent(kind: str, time, duration):
@@ -393,7 +416,7 @@ def _summary(row: dict) -> str:
         parts.append(f"{row['duration_ns'] / 1e6:.1f} ms")
     attrs = row["attrs"]
     parts += [f"{k}={attrs[k]}" for k in _SUMMARY_ATTRS if attrs.get(k) not in (None, "")]
-    if exception := _exception(attrs):
+    if exception := _exception(attrs) or row.get("exception"):
         parts.append(exception)
     return " · ".join(str(p) for p in parts)
 

@@ -168,14 +168,37 @@ def test_the_failing_request_shows_its_error_status(demo):
     failed = {demo.process(r["worker"]) for r in request["records"]
               if r["summary"].startswith("ERROR · request.end") and "status=500" in r["summary"]}
     assert failed == {demo.process(router_end["worker"]), gen_end["process"]}
-    # The request's first failure leads it: the generation worker's, which the router's follows.
+    # The request's first failure leads it: the generation worker's, which the router's follows,
+    # told by what the worker raised.
     first = request["first_error"]
-    assert demo.process(first["worker"]) == gen_end["process"] and "status=500" in first["text"], \
+    assert demo.process(first["worker"]) == gen_end["process"] and "RuntimeError: generation request" in first["text"], \
         (first, [(r["time"], r["worker"], r["failed"], r["duration_ms"], r["summary"][:50]) for r in request["records"]])
     shown = trace_join("lookup", router_end["internal_id"], "--db", demo.db).stdout
-    assert f"  first error: {first['text']} ({first['worker']}, gen, " in shown
+    assert f"request 1 of 1 · HTTP 500 · failed: {first['text']} ({first['worker']}, gen, " in shown, shown
     errors = demo.query("requests", "--errors")
     assert [row["http_status"] for row in errors if router_end["internal_id"] in row["internal_ids"]] == ["500"]
+
+
+def test_each_failed_request_shows_the_exception_its_worker_logged(demo):
+    """A worker's traceback names no request; lookup shows it, whole, in the request that failed
+    on that worker at that time (inferred), and the request's first error is what it raised."""
+    raised = {}  # process -> the exception lines its TensorRT-LLM log holds
+    for log in (demo.db.parent / "records").glob("run-*/logs/*/trtllm-serve.log"):
+        process = log.parent.name.replace("-", ":")
+        raised[process] = [line for line in log.read_text().splitlines() if line.startswith("RuntimeError: ")]
+    failures = [end for end in demo.ends(status=500) if end["role"] in ("ctx", "gen")]
+    assert {end["role"] for end in failures} == {"ctx", "gen"}, failures
+    for end in failures:
+        [request] = demo.lookup(end["internal_id"])
+        shown = [r for r in request["records"] if r.get("exception") in raised[end["process"]]
+                 and demo.process(r["worker"]) == end["process"]]
+        assert len(shown) == 1, [r["summary"] for r in request["records"]]
+        [traceback] = shown
+        assert traceback["inferred"] and traceback["lines"] > 2 and traceback["text"].startswith("Traceback")
+        assert traceback["text"].endswith(traceback["exception"]) and not traceback.get("ambiguous")
+        assert traceback["exception"] in request["first_error"]["text"]
+        # its lines are in the record, not shown apart
+        assert not [r for r in request["records"] if r["summary"].startswith("  File ")]
 
 
 def test_coverage_reports_every_reply_joined_to_both_workers(demo):

@@ -11,7 +11,9 @@ server. There is no JSON option; lines come in these shapes:
 plus tracebacks and anything else a process prints, and the labels launchers put in front of
 each line (`0: ` from `srun -l`, `[1,0]<stdout>:` from `mpirun --tag-output`), which are removed.
 Every line becomes a record; a line with no time of its own (tracebacks, C++ lines) takes the
-time of the line before it.
+time of the line before it. A line with neither a time nor a level (a traceback's lines, the rest of
+a message that spans lines) is marked `continues`: it goes on the text of the line before it, and
+lookup shows such lines with the line they continue, as one record (collector/error_lines.py).
 
 Times are local time to the second, with no zone. They are read as UTC unless the environment
 variable TRACEJOIN_TRTLLM_TZ names the servers' zone: an offset (`+02:00`, `-0530`) or a zone name
@@ -129,6 +131,7 @@ class LineParser:
         record = Record(kind="log")
         attrs: dict = {}
         m = _STAMP.match(text)
+        stamped = m is not None
         if m:
             record.time_ns = self._stamp_ns(m)
             text = text[m.end():]
@@ -146,6 +149,8 @@ class LineParser:
             if m:
                 record.level = m.group(1)
                 text = text[m.end():]
+        if not stamped and record.level is None:
+            attrs["continues"] = True
         record.name = text[:2000]
         self._ids(record, text, attrs)
         record.attrs = attrs or None
@@ -280,6 +285,7 @@ SELECT f, idx, start,
     NULL::VARCHAR AS trace_id, NULL::VARCHAR AS span_id, NULL::VARCHAR AS parent_span_id,
     nullif(json_merge_patch('{{}}', json_object(
         'rank', TRY_CAST(rank AS BIGINT), 'logger', logger,
+        'continues', CASE WHEN stamp = '' AND level IS NULL THEN true END,
         'ctx_server', CASE WHEN to_ctx THEN sending.server END,
         'gen_server', CASE WHEN sending.all <> '' AND NOT to_ctx THEN sending.server END))::VARCHAR, '{{}}') AS attrs,
     coalesce(nullif(engine.a, ''), nullif(engine.b, ''), nullif(engine.c, '')) AS engine_id,

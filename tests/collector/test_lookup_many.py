@@ -43,7 +43,7 @@ def test_a_shared_label_lists_every_request_then_shows_the_first_in_full(tj, tmp
     assert "someone-else" not in run.out.replace(SESSION, "")
     assert "the first 3 with their records" in run.out
     assert [ln for ln in run.out.splitlines() if ln.startswith("request ")] == \
-        [f"request {i} of {SHARED}" for i in (1, 2, 3)]
+        [f"request {i} of {SHARED} · HTTP 200" for i in (1, 2, 3)]
 
     data = tj("lookup", SESSION, "--limit", "3", "--json").json()
     assert data["matched"] == SHARED == len(data["summary"])

@@ -1,0 +1,163 @@
+"""Error lines of text logs, as a person reads them in a request's lookup.
+
+A text log (TensorRT-LLM's stdout and stderr) is stored a line a record, each with its own place in
+its file. Two things follow that a reader of one request should not have to undo by hand:
+
+- A traceback is many lines. A line at a warning or error level, with the lines after it that
+  continue it (marked `continues` by its source: no time and no level of their own), is shown as
+  one record: its `text` is all of them, its summary ends with the exception they name.
+- An error line of a serving process seldom names the request it failed. One that names no id
+  (no request id, no trace) is shown in a request when, on the same worker and within the line's
+  time resolution (a second for TensorRT-LLM), a record of that request states a failure or a
+  warning, unless it names a peer (host:port) that is none of the request's workers. It is marked
+  `inferred`, placed at that failure, and `ambiguous` when records of other requests state failures
+  on that worker in that second too (it is then shown in each of them).
+"""
+
+from __future__ import annotations
+
+import re
+
+import orjson
+
+from .times import ns_to_iso
+
+# The text-log sources and the resolution of their times (ns): their lines are the ones that name
+# no request, and a line's time says only in which second it was written.
+TEXT_LOGS = {"trtllm_log": 1_000_000_000}
+# The lines of one traceback read at most, after or before the line a lookup found.
+TRACEBACK_LINES = 400
+_WORRYING = ("WARN", "WARNING", "ERROR", "CRITICAL", "FATAL")
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Fault|Warning)\b")
+# A peer a line names (`to http://127.0.0.1:8001/...`): its port, against the ports in the names of
+# the request's workers (host:port).
+_ADDRESS = re.compile(r"\b[\w.-]+:(\d{2,5})\b")
+_TEXT_LOGS_SQL = "(" + ", ".join(f"'{s}'" for s in TEXT_LOGS) + ")"
+
+
+def _worrying(row: dict) -> bool:
+    return bool(row["failed"]) or (row["level"] or "").upper() in _WORRYING
+
+
+def _extent(row: dict) -> tuple[int, int]:
+    start, duration = row["time_ns"], row["duration_ns"] or 0
+    return (start - duration, start) if row["kind"] == "log" else (start, start + duration)
+
+
+def inferred_rows(graph, rows: list[dict]) -> list[dict]:
+    """The error lines that name no id and that this request's failures place in it (rows as
+    lookup's, with `inferred` and `clock` set, and `ambiguous` where other requests failed there
+    then too)."""
+    evidence = [r for r in rows if r["time_ns"] is not None and r["worker"] and r["source"] not in TEXT_LOGS
+                and _worrying(r)]
+    if not evidence:
+        return []
+    resolution = max(TEXT_LOGS.values())
+    own = {r["record_id"] for r in rows}
+    by_worker: dict[str, list[tuple[int, int]]] = {}
+    for r in evidence:
+        by_worker.setdefault(r["worker"], []).append(_extent(r))
+    where = " OR ".join("(worker = ? AND time_ns BETWEEN ? AND ?)" for _ in by_worker)
+    params = []
+    for worker, extents in by_worker.items():
+        params += [worker, min(a for a, _ in extents) - resolution, max(b for _, b in extents)]
+    candidates = [r for (r,) in graph.con.execute(
+        f"SELECT record_id FROM record_workers WHERE source IN {_TEXT_LOGS_SQL} AND kind = 'log' "
+        f"AND upper(coalesce(level, '')) IN ('ERROR', 'CRITICAL', 'FATAL') AND ({where})", params).fetchall()
+        if r not in own]
+    graph.load(candidates)
+    ports = {r["worker"].rsplit(":", 1)[-1] for r in rows if r["worker"]}
+    added = []
+    for record_id in sorted(candidates):
+        node = graph.nodes[record_id]
+        if node.ids or node.trace_id:
+            continue  # it names what it belongs to: the walk has placed it, or not
+        row = dict(node.record)
+        row["attrs"] = orjson.loads(row["attrs"]) if row["attrs"] else {}
+        second = (row["time_ns"], row["time_ns"] + TEXT_LOGS[row["source"]])
+        there = [r for r in evidence if r["worker"] == row["worker"]
+                 for start, end in [_extent(r)] if start < second[1] and end >= second[0]]
+        # placed where the request failed there (where a warning was all it had: at the warning)
+        failures = [_extent(r)[1] for r in there if r["failed"]] or [_extent(r)[1] for r in there]
+        named = set(_ADDRESS.findall(row["name"] or ""))
+        if not failures or (named and not named & ports):
+            continue  # no failure of this request there then, or it names a peer this request did not use
+        others = _failures_of_others(graph.con, row["worker"], second, own)
+        row["time_ns"] = min(failures)
+        row["inferred"] = True
+        row["ambiguous"] = others > 0
+        row["clock"] = (f"logged at {ns_to_iso(second[0])[11:19]} (to the second) naming no request; placed at "
+                        f"this request's failure on {row['worker']} in that second"
+                        + (f", where {others} record(s) of other requests also state failures" if others else ""))
+        added.append(row)
+    return added
+
+
+def _failures_of_others(con, worker: str, second: tuple[int, int], own: set[int]) -> int:
+    """Records on the worker in that second, not of this request nor text-log lines, that state a
+    failure or a warning."""
+    found = con.execute(
+        f"SELECT record_id FROM record_workers JOIN record_facts USING (record_id) "
+        f"WHERE worker = ? AND time_ns >= ? AND time_ns < ? AND source NOT IN {_TEXT_LOGS_SQL} "
+        f"AND (failed OR upper(coalesce(level, '')) IN {tuple(_WORRYING)})", [worker, *second]).fetchall()
+    return sum(1 for (r,) in found if r not in own)
+
+
+def whole_texts(graph, rows: list[dict]) -> list[dict]:
+    """The rows with each text-log line that begins a traceback (or any message at a warning or
+    error level that goes on over the lines after it) holding those lines: `text` is the whole of
+    it, `lines` how many, `exception` the exception it names; a line it holds is not shown apart."""
+    heads = {}
+    for row in rows:
+        if row["source"] not in TEXT_LOGS:
+            continue
+        head = row if not row["attrs"].get("continues") else _head_of(graph, row)
+        if head is not None and (head["record_id"] not in heads) and (
+                (head["level"] or "").upper() in _WORRYING or "Traceback" in (head["name"] or "")):
+            heads[head["record_id"]] = head
+    if not heads:
+        return rows
+    held: set[int] = set()
+    for head in heads.values():
+        lines = _continuation(graph.con, head)
+        if not lines:
+            continue
+        held.update(r for r, _ in lines)
+        texts = [text for _, text in lines]
+        head["text"] = "\n".join([head["name"] or "", *texts])
+        head["lines"] = 1 + len(texts)
+        head["exception"] = next((t for t in reversed(texts) if _EXCEPTION_LINE.match(t)), None)
+    shown = {r["record_id"]: r for r in rows if r["record_id"] not in held}
+    for head in heads.values():  # a head found from a line it holds takes that line's place
+        if head["record_id"] not in shown and "text" in head:
+            shown[head["record_id"]] = head
+    return sorted(shown.values(), key=lambda r: (r["time_ns"] is None, r["time_ns"] or 0, r["origin_id"],
+                                                 r["offset"], r["seq"]))
+
+
+def _continuation(con, head: dict) -> list[tuple[int, str]]:
+    """(record id, text) of the lines after the head that continue it. A file's lines are stored
+    in order, so they are the records right after it of the same file."""
+    lines = []
+    for record_id, name, attrs in con.execute(
+            "SELECT record_id, name, attrs FROM records WHERE record_id > $1 AND record_id <= $1 + $2 "
+            "AND origin_id = $3 ORDER BY record_id", [head["record_id"], TRACEBACK_LINES, head["origin_id"]]).fetchall():
+        if not (attrs and orjson.loads(attrs).get("continues")):
+            break
+        lines.append((record_id, name or ""))
+    return lines
+
+
+def _head_of(graph, row: dict) -> dict | None:
+    """The line a continuing line goes on from: the last one before it in its file that does not
+    continue another, as a row of lookup's, on the worker the row was shown on."""
+    for record_id, attrs in graph.con.execute(
+            "SELECT record_id, attrs FROM records WHERE record_id < $1 AND record_id >= $1 - $2 "
+            "AND origin_id = $3 ORDER BY record_id DESC", [row["record_id"], TRACEBACK_LINES, row["origin_id"]]).fetchall():
+        if not (attrs and orjson.loads(attrs).get("continues")):
+            graph.load([record_id])
+            head = dict(graph.nodes[record_id].record)
+            head["attrs"] = orjson.loads(head["attrs"]) if head["attrs"] else {}
+            head["worker"], head["role"] = row["worker"], row["role"]
+            return head
+    return None
