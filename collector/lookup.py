@@ -26,7 +26,7 @@ _REPORTED_KIND = {CTX_REQUEST_ID: ENGINE_REQUEST_ID}
 _SHOWN_ID_KINDS = [REPLY_ID, INTERNAL_ID, X_REQUEST_ID, DISAGG_REQUEST_ID, TRACE_ID]
 # Attributes worth a glance in a record's one-line summary.
 _SUMMARY_ATTRS = (
-    "route", "method", "endpoint", "model", "error_type", "error_detail", "worker_id",
+    "route", "method", "endpoint", "model", "error_type", "error_detail", "error", "error.type", "worker_id",
     "disagg_queue_ms", "queue_ms", "ttft_ms", "kv_transfer_ms", "ttfb_ms", "avg_itl_ms",
     "input_tokens", "output_tokens", "disconnected", "header", "upstream_status", "finish_reason",
 )

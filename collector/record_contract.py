@@ -57,8 +57,10 @@ FACTS = (
     Fact("failed", "upper(coalesce(level, '')) IN ('ERROR', 'CRITICAL', 'FATAL') OR status = 'error' "
                    "OR (regexp_matches(coalesce(status, ''), '^[0-9]{3}$') AND status >= '500')",
          "the record states a failure: an error level, an `error` outcome or an HTTP status of 500 and up"),
-    Fact("error_text", "nullif(concat_ws(': ', attrs->>'error_type', attrs->>'error_detail'), '')",
-         "what the record says went wrong (Dynamo's `error_type` and `error_detail`)"),
+    Fact("error_text", "coalesce(nullif(concat_ws(': ', attrs->>'error_type', attrs->>'error_detail'), ''), "
+                       "attrs->>'error', attrs->>'error.type')",
+         "what the record says went wrong (Dynamo's `error_type` and `error_detail`, trace-join "
+         "middleware's `error`, OpenTelemetry's `error.type`)"),
     Fact("route", "coalesce(attrs->>'route', attrs->>'http.route', attrs->>'uri', attrs->>'url.path')",
          "the HTTP route or path (middleware `route`, OpenTelemetry `http.route`, else Dynamo `uri` or "
          "OpenTelemetry `url.path`)"),

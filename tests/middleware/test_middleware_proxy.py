@@ -157,7 +157,7 @@ def test_an_upstream_failing_mid_stream_cuts_the_client_stream_too(tmp_path):
     assert failure["upstream"] == f"{upstream.url}/v1/chat/completions"
 
 
-def test_an_unreachable_upstream_is_a_502(tmp_path):
+def test_an_unreachable_upstream_is_a_502(tmp_path, tj):
     with socket.socket() as unused:
         unused.bind(("127.0.0.1", 0))
         closed_port = unused.getsockname()[1]
@@ -167,8 +167,15 @@ def test_an_unreachable_upstream_is_a_502(tmp_path):
 
     assert response.status_code == 502
     assert response.json()["error"]["type"] == "bad_gateway"
-    assert log.wait_for(event("proxy.upstream_failed"))[0]["level"] == "error"
+    failure = log.wait_for(event("proxy.upstream_failed"))[0]
+    assert failure["level"] == "error"
     assert log.end_of(status=502)["disconnected"] is False
+
+    # lookup says why: the error the proxy met, in the record and as the request's first error
+    assert tj("ingest", log.path).code == 0
+    [request] = tj("lookup", failure["internal_id"], "--json").json()["requests"]
+    assert failure["error"].startswith("ConnectError") and failure["error"] in request["first_error"]["text"]
+    assert any(f"error={failure['error']}" in r["summary"] for r in request["records"])
 
 
 def test_listen_addresses_and_upstream_urls_are_checked():
