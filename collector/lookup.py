@@ -299,7 +299,35 @@ def _phases(rows: list[dict]) -> list[dict]:
                            "start": ns_to_iso(arrival + round(begin_ms * 1e6)), "duration_ms": end_ms - begin_ms,
                            "measured_by": f"{row['name'] or row['kind']} ({row['source']})",
                            "failed": bool(row["failed"])})
+    phases += _router_overhead(rows)
     return sorted(phases, key=lambda p: p["start"])
+
+
+def _router_overhead(rows: list[dict]) -> list[dict]:
+    """The entry's whole request less the time its workers held it (the union of their own
+    whole-request records: `request.end`, an entry span of theirs, Dynamo's `request completed`):
+    what the router itself, and the network to its workers, cost. Drawn from the entry's start."""
+    entry = next((row for row in rows if row["entry"] and row["duration_ns"] and row["time_ns"] is not None), None)
+    if entry is None:
+        return []
+    held = sorted(extent(row["kind"], row["time_ns"], round(row["request_ms"] * 1e6)) for row in rows
+                  if row["request_ms"] and row["time_ns"] is not None and row["worker"] != entry["worker"])
+    if not held:
+        return []
+    covered, reach = 0, None
+    for begin, end in held:  # the union's length
+        if reach is None or begin > reach:
+            covered, reach = covered + end - begin, end
+        elif end > reach:
+            covered, reach = covered + end - reach, end
+    overhead_ns = entry["duration_ns"] - covered
+    if overhead_ns <= 0:
+        return []
+    return [{"worker": entry["worker"], "role": entry["role"], "phase": "router overhead",
+             "start": ns_to_iso(extent(entry["kind"], entry["time_ns"], entry["duration_ns"])[0]),
+             "duration_ms": overhead_ns / 1e6,
+             "measured_by": f"{entry['name'] or entry['kind']} ({entry['source']}) less its workers' own requests",
+             "failed": False}]
 
 
 def _origin(origins: dict[int, tuple[str, bool]], row: dict) -> dict:

@@ -121,6 +121,9 @@ def test_a_responses_reply_joins_the_router_and_its_two_workers_and_nothing_else
     assert phases[("gen", "decode")]["duration_ms"] == pytest.approx(
         gen_perf["attrs"]["e2e_ms"] - gen_perf["attrs"]["ttft_ms"])
     assert phases[("ctx", "to first token")]["start"] < phases[("gen", "queue")]["start"]  # prefill, then decode
+    # The router's own cost: its whole request less the two workers' own (one after the other).
+    assert phases[("router", "router overhead")]["duration_ms"] == pytest.approx(
+        router_ends[0]["duration_ms"] - ctx["duration_ms"] - gen["duration_ms"], abs=0.5)
     shown = trace_join("lookup", reply, "--db", demo.db).stdout
     assert "where the time went" in shown and "kv transfer" in shown and "decode" in shown
 
