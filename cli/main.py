@@ -209,6 +209,31 @@ def quarantine(db: Optional[str] = DbOption, as_json: bool = JsonOption, limit: 
     render.table_of_rows(_query(db, "quarantine", limit=limit), as_json, title="quarantined lines")
 
 
+@app.command()
+def snapshot(db: Optional[str] = DbOption, as_json: bool = JsonOption):
+    """Write the copy of the store Grafana's DuckDB plugin reads, at DB.snapshot.duckdb: in DuckDB
+    1.5's format, the requests tables built (docs/grafana.md)."""
+    from tracejoin.collector.service.snapshot import publish
+    from tracejoin.collector.store import StoreError, StoreLocked, default_db_path, open_store
+
+    source = Path(db or default_db_path())
+    if not source.exists():  # opening it to write would make an empty store
+        raise Failure(f"no database at {source}: run `trace-join ingest --db {source} FILES...` first")
+    try:
+        with open_store(source) as store:
+            path = publish(store)
+    except StoreLocked as e:
+        raise Failure(f"{e}; a running trace-join collect writes this copy itself (--snapshot-interval)") from None
+    except StoreError as e:
+        raise Failure(str(e)) from None
+    from tracejoin.cli import render
+
+    if as_json:
+        render.print_json({"snapshot": str(path)})
+    else:
+        print(render.grafana_hint(path))
+
+
 def _seconds(value: float) -> float:
     """A duration option's value: over 0 (0, a negative or nan would make its loop spin) and at
     most a day (a timer cannot wait for ever)."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+from pathlib import Path
 
 import orjson
 
@@ -203,6 +204,12 @@ def next_commands(lines: list[tuple[str, str]]) -> None:
     print("\nNext, with this run's ids:")
     for command, why in lines:
         print(f"  {command:<{width}}  # {why}")
+
+
+def grafana_hint(snapshot_path) -> str:
+    """What to do with a snapshot (`trace-join snapshot`), for people."""
+    return (f"wrote {visible(str(Path(snapshot_path).resolve()))}\nGrafana: point a DuckDB data source (motherduck-duckdb-datasource) "
+            "at that file, then import dashboards/fleet.json and dashboards/request-lookup.json (docs/grafana.md)")
 
 
 def ms(value) -> str:

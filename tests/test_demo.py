@@ -220,3 +220,9 @@ def test_the_demo_says_what_to_run_next_with_this_runs_ids(demo):
     assert f"trace-join lookup --db {demo.db} {retried} --json" in demo.output
     replies = len(demo.starts(role="router"))
     assert f"joined to both workers (ctx/prefill, gen/decode): {replies} (100%)" in demo.output
+
+
+def test_the_demo_leaves_grafanas_copy_next_to_its_database(demo):
+    snapshot = demo.db.with_name(demo.db.name + ".snapshot.duckdb")
+    assert snapshot.exists()
+    assert f"wrote {snapshot.resolve()}\nGrafana: point a DuckDB data source" in demo.output

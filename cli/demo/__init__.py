@@ -6,8 +6,8 @@ generation workers, Starlette apps behind TraceJoinMiddleware, each a process of
 (deployment.py), writing TensorRT-LLM's records (trtllm_formats.py: perf-metrics JSONL, hook
 records, text logs, `llm_request` spans) beside trace-join's own lines and spans. traffic.py sends
 them a mix of requests; then this module ingests the run's folder, looks up one Responses reply
-(the one whose context request was retried, when it was), summarizes coverage and prints the next
-commands to try, with this run's ids.
+(the one whose context request was retried, when it was), summarizes coverage, writes the copy
+Grafana reads (a snapshot) and prints the next commands to try, with this run's ids.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from tracejoin.cli import render
 from tracejoin.collector.coverage import coverage
 from tracejoin.collector.ingest import Ingester
 from tracejoin.collector.lookup import lookup
+from tracejoin.collector.service.snapshot import publish
 from tracejoin.collector.store import Store
 
 from .deployment import Deployment, DeploymentError
@@ -57,6 +58,8 @@ def run_demo(store: Store, folder: str) -> None:
     render.lookup_text(found)
     print("\n$ trace-join coverage\n")
     render.coverage_text(coverage(store))
+    print("\n$ trace-join snapshot\n")
+    print(render.grafana_hint(publish(store)))
     _print_next(store, sent, reply, found)
 
 

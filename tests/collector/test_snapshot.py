@@ -62,3 +62,33 @@ def test_a_snapshot_builds_only_the_requests_that_records_stored_since_the_last_
     assert built == [records]
     stored, whole = tables_and_whole_build(snapshot, tmp_path / "check-2.duckdb")
     assert stored == whole
+
+
+def test_trace_join_snapshot_writes_grafanas_copy_of_any_store(tmp_path, tj, db):
+    """A store `ingest` made (DuckDB's own newer format, no requests tables kept) gets the copy
+    Grafana's DuckDB plugin opens: DuckDB 1.5's format, with the requests tables the dashboards read."""
+    from tracejoin.collector.duckdb_engine import duckdb
+
+    assert tj("ingest", *_mixed_sources(tmp_path / "logs")).code == 0
+    run = tj("snapshot")
+    assert run.code == 0, run.err
+    snapshot = db.with_name(db.name + ".snapshot.duckdb")
+    assert run.out.splitlines()[0] == f"wrote {snapshot.resolve()}" and "dashboards/fleet.json" in run.out
+    con = duckdb.connect(str(snapshot), read_only=True)
+    try:
+        assert con.execute("SELECT tags['storage_version'] FROM duckdb_databases() "
+                           "WHERE database_name = current_database()").fetchone()[0].startswith("v1.5.0")
+        assert con.execute("SELECT count(*) FROM requests").fetchone()[0] >= 10
+    finally:
+        con.close()
+    stored, whole = tables_and_whole_build(snapshot, tmp_path / "check.duckdb")
+    assert stored == whole
+
+
+def test_trace_join_snapshot_of_no_store_is_one_clear_error_and_makes_none(tmp_path, tj, db):
+    from ..conftest import assert_one_clear_line
+
+    run = tj("snapshot")
+    assert run.code == 2 and "no database at" in run.err
+    assert_one_clear_line(run)
+    assert not db.exists() and not db.with_name(db.name + ".snapshot.duckdb").exists()
