@@ -18,8 +18,25 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
     help="Join a reply id or x-request-id to everything every component recorded about it.",
 )
+
+
+def _print_version(wanted: bool) -> None:
+    if wanted:
+        from importlib.metadata import version
+
+        print(f"trace-join {version('trace-join')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                 help="Print trace-join's version and exit."),
+) -> None:
+    """Join a reply id or x-request-id to everything every component recorded about it."""
 
 DbOption = typer.Option(None, "--db", help="DuckDB store (default: $TRACEJOIN_DB, else ./tracejoin.duckdb)")
 JsonOption = typer.Option(False, "--json", help="Print JSON for scripts.")
@@ -342,7 +359,7 @@ def _time_arg(text: Optional[str], option: str) -> Optional[int]:
 
 def run() -> None:
     try:
-        code = app(standalone_mode=False)
+        code = app(prog_name="trace-join", standalone_mode=False)  # under `python -m tracejoin.cli` too
     except Failure as e:
         say_error(str(e))
         sys.exit(e.code)

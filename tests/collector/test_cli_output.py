@@ -1,12 +1,32 @@
-"""What the command prints for people: the progress bar on large inputs, the lookup timeline."""
+"""What the command prints for people: the progress bar on large inputs, the lookup timeline, its
+version, help and usage errors."""
 
 from __future__ import annotations
 
 import gzip
 import json
+from importlib.metadata import version
+
+import pytest
+import typer
 
 from tracejoin.cli import render
 from tracejoin.cli.demo.dynamo_formats import DynamoSample
+from tracejoin.cli.main import app
+
+COMMANDS = sorted(typer.main.get_command(app).commands)
+
+
+def test_version_prints_the_installed_release(tj):
+    run = tj("--version", with_db=False)
+    assert (run.code, run.out, run.err) == (0, f"trace-join {version('trace-join')}\n", "")
+
+
+@pytest.mark.parametrize("command", ["", *COMMANDS])
+def test_h_is_help_on_the_app_and_every_command(tj, command):
+    run = tj(*command.split(), "-h", with_db=False)
+    assert run.code == 0 and run.err == "", run.err
+    assert f"Usage: trace-join {command}".rstrip() in run.out
 
 
 def test_progress_bar_only_for_large_inputs_on_a_terminal(tmp_path, monkeypatch):
