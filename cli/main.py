@@ -18,6 +18,8 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    # click names the command a mistyped one was meant to be; Typer's own suggestion would repeat it
+    suggest_commands=False,
     context_settings={"help_option_names": ["-h", "--help"]},
     help="Join a reply id or x-request-id to everything every component recorded about it.",
 )
@@ -368,7 +370,8 @@ def run() -> None:
         sys.exit(130)
     except Exception as e:  # noqa: BLE001 - a usage error, a bug or an environment problem: one line
         if hasattr(e, "format_message") and hasattr(e, "exit_code"):  # click's usage errors, via typer
-            say_error(f"{e.format_message()} (see trace-join --help)")
+            if e.format_message():  # none when the help was shown instead (`trace-join` alone)
+                say_error(f"{e.format_message()} (see trace-join --help)")
             sys.exit(e.exit_code)
         if os.environ.get("TRACEJOIN_DEBUG"):
             raise

@@ -14,6 +14,8 @@ from tracejoin.cli import render
 from tracejoin.cli.demo.dynamo_formats import DynamoSample
 from tracejoin.cli.main import app
 
+from ..conftest import assert_one_clear_line
+
 COMMANDS = sorted(typer.main.get_command(app).commands)
 
 
@@ -27,6 +29,18 @@ def test_h_is_help_on_the_app_and_every_command(tj, command):
     run = tj(*command.split(), "-h", with_db=False)
     assert run.code == 0 and run.err == "", run.err
     assert f"Usage: trace-join {command}".rstrip() in run.out
+
+
+def test_a_mistyped_command_is_told_the_command_it_was_meant_to_be_once(tj):
+    run = tj("lookp", with_db=False)
+    assert run.code == 2
+    assert_one_clear_line(run)
+    assert run.err.count("Did you mean 'lookup'?") == 1, run.err
+
+
+def test_the_command_alone_shows_its_help_and_no_empty_error(tj):
+    run = tj(with_db=False)
+    assert run.code == 2 and "Usage: trace-join" in run.out and run.err == ""
 
 
 def test_progress_bar_only_for_large_inputs_on_a_terminal(tmp_path, monkeypatch):
