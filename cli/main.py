@@ -191,7 +191,7 @@ def requests(
     route: Optional[str] = typer.Option(None, help="Only requests whose route or endpoint contains this."),
     since: Optional[str] = typer.Option(None, help="Only requests that started at or after: ISO time, or 30m, 2h, 1d ago."),
     until: Optional[str] = typer.Option(None, help="Only requests that started at or before: ISO time, or 30m, 2h, 1d ago."),
-    limit: int = typer.Option(20, help="How many to list."),
+    limit: int = typer.Option(20, min=1, help="How many to list."),
 ):
     """List requests: newest or slowest first, errors only, by worker, by route, in a time window."""
     from tracejoin.cli import render
@@ -221,7 +221,7 @@ def coverage(db: Optional[str] = DbOption, as_json: bool = JsonOption):
 
 
 @app.command()
-def quarantine(db: Optional[str] = DbOption, as_json: bool = JsonOption, limit: int = typer.Option(50, help="Rows.")):
+def quarantine(db: Optional[str] = DbOption, as_json: bool = JsonOption, limit: int = typer.Option(50, min=1, help="Rows.")):
     """List lines that could not be read, with their file, line, byte offset and reason."""
     from tracejoin.cli import render
 

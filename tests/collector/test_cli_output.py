@@ -43,6 +43,14 @@ def test_the_command_alone_shows_its_help_and_no_empty_error(tj):
     assert run.code == 2 and "Usage: trace-join" in run.out and run.err == ""
 
 
+@pytest.mark.parametrize("command", [["lookup", "some-id"], ["requests"], ["quarantine"]], ids=lambda c: c[0])
+def test_a_negative_limit_is_one_clear_usage_error(tj, command):
+    run = tj(*command, "--limit", "-1")
+    assert run.code == 2
+    assert_one_clear_line(run)
+    assert "--limit" in run.err and "-1" in run.err
+
+
 def test_progress_bar_only_for_large_inputs_on_a_terminal(tmp_path, monkeypatch):
     files = DynamoSample().write(tmp_path)
     paths = [str(p) for p in files.values()]
