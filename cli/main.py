@@ -116,9 +116,8 @@ def _query(db: Optional[str], name: str, **params):
 
 @app.command()
 def ingest(
-    paths: Optional[List[str]] = typer.Argument(
-        None, help="Files, folders or globs; .gz is read as it is. None: only bring the store up to date "
-                   "(its schema, its requests tables)."),
+    paths: List[str] = typer.Argument(
+        ..., metavar="FILE_OR_FOLDER...", help="Files, folders or globs; .gz is read as it is."),
     db: Optional[str] = DbOption,
     as_json: bool = JsonOption,
     worker: Optional[str] = typer.Option(
@@ -128,20 +127,21 @@ def ingest(
 ):
     """Read log, span, trace and perf files into the store. Reading the same bytes again adds nothing."""
     long_running()
-    from tracejoin.collector.ingest import Ingester, InputError
-    from tracejoin.collector.requests import update_requests
+    from tracejoin.collector.ingest import Ingester, InputError, expand_paths
     from tracejoin.collector.store import StoreError
     from tracejoin.cli import render
 
-    paths = paths or []
+    problems: list[str] = []
+    try:  # before the store is opened, so a path that names nothing leaves no new store behind
+        files = expand_paths(paths, problems)
+    except InputError as e:
+        raise Failure(str(e)) from None
     with _open(db, read_only=False) as store:
-        with render.byte_progress(paths) as progress:
+        with render.byte_progress(files) as progress:
             try:
                 ingester = Ingester(store, progress=progress, worker=worker, keep_content=keep_content)
-                result = ingester.ingest_paths(paths)
-                if not paths:
-                    update_requests(store)
-            except (InputError, StoreError) as e:
+                result = ingester.ingest_files(files, problems)
+            except StoreError as e:
                 raise Failure(str(e)) from None
     render.ingest_summary(result, as_json)
     for line in result.errors:

@@ -58,13 +58,12 @@ def window_text(result: dict) -> str:
 
 
 @contextlib.contextmanager
-def byte_progress(paths: list[str]):
-    """A progress bar over the bytes of large inputs on a terminal; a no-op callback otherwise."""
-    from tracejoin.collector.ingest import expand_paths
-
+def byte_progress(files: list[tuple]):
+    """A progress bar over the bytes of large inputs (ingest.expand_paths' files) on a terminal; a
+    no-op callback otherwise."""
     try:
-        total = sum(os.path.getsize(p) for p, _ in expand_paths(paths))
-    except Exception:  # missing paths are reported by ingest itself
+        total = sum(os.path.getsize(path) for path, _ in files)
+    except OSError:  # a file gone since: ingest reports it
         total = 0
     if total < PROGRESS_MIN_BYTES or not sys.stderr.isatty():
         yield None

@@ -299,13 +299,15 @@ class Store:
             if read_only:
                 if version != SCHEMA_VERSION:
                     raise StoreError(
-                        f"{self.path} was written by an older trace-join (schema {version}): upgrade it once "
-                        f"with `trace-join ingest --db {self.path}` (no files needed), then read it"
+                        f"{self.path} was written by an older trace-join (schema {version}): a command that writes "
+                        f"to it upgrades it, so ingest into it once (`trace-join ingest --db {self.path} PATH...`; "
+                        f"files read before add nothing), then read it"
                     )
                 if not id_index.keys_current(self.con):
                     raise StoreError(
                         f"{self.path} was indexed by a DuckDB release that hashes differently from this one: "
-                        f"re-index it once with `trace-join ingest --db {self.path}` (no files needed), then read it"
+                        f"a command that writes to it re-indexes it, so ingest into it once (`trace-join ingest --db "
+                        f"{self.path} PATH...`; files read before add nothing), then read it"
                     )
                 return
             # tables added since the store was made (all statements are IF NOT EXISTS)

@@ -13,6 +13,7 @@ import typer
 from tracejoin.cli import render
 from tracejoin.cli.demo.dynamo_formats import DynamoSample
 from tracejoin.cli.main import app
+from tracejoin.collector.ingest import expand_paths
 
 from ..conftest import assert_one_clear_line
 
@@ -51,18 +52,35 @@ def test_a_negative_limit_is_one_clear_usage_error(tj, command):
     assert "--limit" in run.err and "-1" in run.err
 
 
+def test_ingest_without_paths_is_a_usage_error_and_makes_no_store(tj, tmp_path):
+    run = tj("ingest")
+    assert run.code == 2
+    assert_one_clear_line(run)
+    assert "Missing argument 'FILE_OR_FOLDER...'" in run.err
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("path", ["missing.jsonl", "logs/*.jsonl"])
+def test_ingest_of_a_path_that_names_nothing_leaves_no_new_store(tj, tmp_path, path):
+    run = tj("ingest", tmp_path / path)
+    assert run.code == 2
+    assert_one_clear_line(run)
+    assert str(tmp_path / path) in run.err
+    assert not any(tmp_path.iterdir())
+
+
 def test_progress_bar_only_for_large_inputs_on_a_terminal(tmp_path, monkeypatch):
-    files = DynamoSample().write(tmp_path)
-    paths = [str(p) for p in files.values()]
-    with render.byte_progress(paths) as progress:
+    DynamoSample().write(tmp_path)
+    files = expand_paths([str(tmp_path)])
+    with render.byte_progress(files) as progress:
         assert progress is None  # small input
 
     monkeypatch.setattr(render, "PROGRESS_MIN_BYTES", 1)
-    with render.byte_progress(paths) as progress:
+    with render.byte_progress(files) as progress:
         assert progress is None  # stderr is not a terminal under pytest
 
     monkeypatch.setattr(render.sys.stderr, "isatty", lambda: True, raising=False)
-    with render.byte_progress(paths) as progress:
+    with render.byte_progress(files) as progress:
         assert callable(progress)
         progress(10)
 
