@@ -136,13 +136,16 @@ def ingest(
         files = expand_paths(paths, problems)
     except InputError as e:
         raise Failure(str(e)) from None
-    with _open(db, read_only=False) as store:
-        with render.byte_progress(files) as progress:
-            try:
+    try:
+        with _open(db, read_only=False) as store:
+            with render.byte_progress(files) as progress:
                 ingester = Ingester(store, progress=progress, worker=worker, keep_content=keep_content)
                 result = ingester.ingest_files(files, problems)
-            except StoreError as e:
-                raise Failure(str(e)) from None
+    except StoreError as e:
+        raise Failure(str(e)) from None
+    except KeyboardInterrupt:
+        # Each file's position is committed with the records read up to it: a new run reads on from there.
+        raise Failure("interrupted; run the same command again and it resumes where it stopped", 130) from None
     render.ingest_summary(result, as_json)
     for line in result.errors:
         say_error(f"error: {line}")

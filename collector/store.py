@@ -195,9 +195,15 @@ class OutOfMemory(StoreError):
 def store_errors_named(path: Path) -> Iterator[None]:
     """A write's DuckDB error, as StoreFull when the disk is full (DuckDB names that only inside an
     IO, transaction or fatal error: `Could not write file …: No space left on device`), and as
-    OutOfMemory, naming the setting, when DuckDB's memory budget ran out."""
+    OutOfMemory, naming the setting, when DuckDB's memory budget ran out; and Ctrl-C during a query,
+    which DuckDB's Python client raises as RuntimeError("Query interrupted") or InterruptException,
+    as KeyboardInterrupt."""
     try:
         yield
+    except (duckdb.InterruptException, RuntimeError) as e:
+        if isinstance(e, RuntimeError) and str(e) != "Query interrupted":
+            raise
+        raise KeyboardInterrupt from None
     except duckdb.OutOfMemoryException as e:
         raise OutOfMemory(
             f"DuckDB ran out of its memory budget, TRACEJOIN_MEMORY_LIMIT={memory_limit()} ({str(e).splitlines()[0]}): "

@@ -5,6 +5,11 @@ from __future__ import annotations
 
 import gzip
 import json
+import signal
+import subprocess
+import sys
+import time
+import uuid
 from importlib.metadata import version
 
 import pytest
@@ -67,6 +72,43 @@ def test_ingest_of_a_path_that_names_nothing_leaves_no_new_store(tj, tmp_path, p
     assert_one_clear_line(run)
     assert str(tmp_path / path) in run.err
     assert not any(tmp_path.iterdir())
+
+
+def test_ctrl_c_during_ingest_says_to_run_it_again_and_the_next_run_resumes(tmp_path, db):
+    lines = 400_000  # about 7 s of ingest on a quiet machine; it is interrupted once records are committed
+    big = tmp_path / "router.jsonl"
+    with big.open("w") as f:
+        for i in range(lines):
+            f.write(json.dumps({"schema": "tracejoin.log.v1", "ts": "2026-12-02T07:58:57.242793Z", "level": "info",
+                                "event": "request.start", "role": "router", "worker": "vm:8000",
+                                "internal_id": str(uuid.UUID(int=i)), "route": "/v1/chat/completions"}) + "\n")
+    argv = [sys.executable, "-m", "tracejoin.cli", "ingest", "--db", str(db), str(big)]
+    child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wal = db.with_name(db.name + ".wal")
+    deadline = time.monotonic() + 60
+    # A batch of records committed: the write-ahead log (or the store, once checkpointed) holds megabytes.
+    while max((p.stat().st_size for p in (db, wal) if p.exists()), default=0) < 1 << 20:
+        assert child.poll() is None and time.monotonic() < deadline, child.communicate()
+        time.sleep(0.02)
+    child.send_signal(signal.SIGINT)
+    out, err = child.communicate(timeout=60)
+    assert child.returncode == 130, err
+    assert [line for line in err.splitlines() if line.strip()] == [
+        "trace-join: interrupted; run the same command again and it resumes where it stopped"]
+    committed = count_records(db)
+    assert 0 < committed < lines
+
+    again = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert count_records(db) == lines
+    assert count_records(db, "SELECT count(DISTINCT (origin_id, \"offset\")) FROM records") == lines
+
+
+def count_records(db, sql="SELECT count(*) FROM records") -> int:
+    import duckdb
+
+    with duckdb.connect(str(db), read_only=True) as con:
+        return con.execute(sql).fetchone()[0]
 
 
 def test_progress_bar_only_for_large_inputs_on_a_terminal(tmp_path, monkeypatch):
