@@ -172,7 +172,8 @@ def lookup(
     if as_json:
         render.print_json(result)
     if not result["requests"]:
-        raise Failure(f"nothing found for {id!r} (looked for it as any kind of id{render.window_text(result)})", 1)
+        raise Failure(f"nothing found for {result['query']!r} (looked for it as any kind of id"
+                      f"{render.window_text(result)})", 1)
     if html is not None:
         from tracejoin.cli.html_page import page
 

@@ -145,6 +145,23 @@ def test_timeline_shows_every_worker_and_the_gaps_between_stages(tj, tmp_path):
     assert lines and "136.5" in lines[0]
 
 
+def test_lookup_of_a_pasted_id_finds_the_request_without_what_came_with_it(tj, tmp_path):
+    sample = DynamoSample()
+    req = sample.add(x_request_id="pasted-1")
+    sample.write(tmp_path / "logs")
+    assert tj("ingest", tmp_path / "logs").code == 0
+    for pasted in (f"  {req.reply_id}\n", f'"{req.reply_id}",', f"'{req.reply_id}'", f"`{req.reply_id}`",
+                   f', "{req.reply_id}" ,', req.trace_id.upper(), f'"{req.trace_id.upper()}",'):
+        run = tj("lookup", pasted, "--json")
+        assert run.code == 0, (pasted, run.err)
+        [found] = run.json()["requests"]
+        assert req.request_id in found["ids"]["internal_id"] and req.trace_id in found["ids"]["trace_id"], pasted
+    run = tj("lookup", '"no-such-id",')
+    assert run.code == 1
+    assert_one_clear_line(run)
+    assert "nothing found for 'no-such-id'" in run.err
+
+
 def _line_at(path: str, offset: int) -> bytes:
     """The line a record's origin points at: bytes of the decompressed stream for a .gz."""
     with (gzip.open(path, "rb") if path.endswith(".gz") else open(path, "rb")) as f:
