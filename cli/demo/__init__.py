@@ -36,7 +36,11 @@ def run_demo(store: Store, folder: str) -> None:
     # Each run writes a folder of its own, so nothing an earlier run (or anyone) left is touched.
     out = (Path(folder) / datetime.now(timezone.utc).strftime("run-%Y%m%dT%H%M%SZ")).resolve()
     started = time.monotonic()
-    with Deployment(out) as deployment:
+    # Streamed chat and completion replies are named after their engine request id (chatcmpl-<id>),
+    # so each run's engines start past the last run's ids: at the count of records stored, which
+    # grows by more than any worker's requests in every run (each request leaves several records).
+    first_engine_request_id = store.con.execute("SELECT count(*) FROM records").fetchone()[0]
+    with Deployment(out, first_engine_request_id) as deployment:
         print("A disaggregated deployment on loopback: trace-join's stand-ins for trtllm-serve")
         for server in deployment.servers:
             print(f"  {server.name:<7} {server.address:<16} pid {server.process.pid}")
