@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -80,7 +81,7 @@ def members(request: dict) -> tuple:
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory) -> Demo:
     folder = tmp_path_factory.mktemp("demo")
-    db = folder / "demo.duckdb"
+    db = folder / "demo store.duckdb"  # a space: the commands the demo prints must quote it
     run = trace_join("demo", "--db", db, "--folder", folder / "records")
     assert run.returncode == 0, run.stdout + run.stderr
     lines = middleware_lines(folder / "records")
@@ -203,9 +204,22 @@ def test_the_demo_says_what_to_run_next_with_this_runs_ids(demo):
     [retried] = [end["reply_id"] for end in demo.ends(role="router") if end.get("reply_id", "").startswith("resp_")
                  and DISAGG_RESPONSES_REPLY.fullmatch(end["reply_id"]).group(1) != end["disagg_request_id"]]
     assert f"$ trace-join lookup {retried}" in demo.output
-    assert f"trace-join lookup --db {demo.db} {retried} --json" in demo.output
+    assert f"trace-join lookup --db {shlex.quote(str(demo.db))} {retried} --json" in demo.output
     replies = len(demo.starts(role="router"))
     assert f"joined to both workers (ctx/prefill, gen/decode): {replies} (100%)" in demo.output
+
+
+def test_every_next_command_the_demo_prints_runs_as_printed(demo):
+    lines = demo.output.splitlines()
+    start = lines.index("Next, with this run's ids:") + 1
+    commands = [line.split("  # ")[0].strip() for line in lines[start:] if line.startswith("  ")]
+    assert len(commands) >= 5, demo.output
+    # `trace-join` as a user has it: the command installed beside this Python
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    env.pop("TRACEJOIN_DEBUG", None)
+    for command in commands:
+        run = subprocess.run(command, shell=True, capture_output=True, text=True, env=env, timeout=DEMO_TIMEOUT_S)
+        assert run.returncode == 0, (command, run.stderr)
 
 
 def test_a_second_run_into_the_same_database_gives_no_request_a_reply_id_the_first_gave(demo, tmp_path):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import shlex
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -53,7 +54,7 @@ def run_demo(store: Store, folder: str) -> None:
     if not replies:
         raise DeploymentError(f"no Responses request went through; the processes' logs are in {out / 'logs'}")
 
-    print(f"\n$ trace-join ingest {out}\n")
+    print(f"\n$ trace-join ingest {shlex.quote(str(out))}\n")
     render.ingest_summary(Ingester(store).ingest_paths([str(out)]), as_json=False)
     reply = replies[0]  # the retried request's, when it went through: it was sent first
     print(f"\n$ trace-join lookup {reply}\n")
@@ -65,7 +66,8 @@ def run_demo(store: Store, folder: str) -> None:
 
 
 def _print_next(store: Store, sent: list[Sent], reply: str, found: dict) -> None:
-    db = store.path
+    """Commands to run next, each as it can be pasted into a shell."""
+    db = shlex.quote(str(store.path))
     disagg_ids = [d for request in found["requests"] for d in request["ids"]["disagg_request_id"]]
     named_after = _DISAGG_RESPONSES_REPLY.fullmatch(reply)
     first_disagg = named_after.group(1) if named_after else None
@@ -75,7 +77,6 @@ def _print_next(store: Store, sent: list[Sent], reply: str, found: dict) -> None
         (f"trace-join lookup --db {db} {reply} --json", "the same, for scripts"),
         (f"trace-join requests --db {db} --slowest", "where the time went (docs/runbook.md)"),
         (f"trace-join requests --db {db} --errors", "the failed, the retried and the cut-short requests"),
-        (f"trace-join ingest --db {db} YOUR-LOGS/", "your deployment's records (docs/integrations/trtllm.md)"),
     ]
     if first_disagg and len(disagg_ids) > 1:
         lines.insert(0, (f"trace-join lookup --db {db} {first_disagg}",
@@ -83,3 +84,5 @@ def _print_next(store: Store, sent: list[Sent], reply: str, found: dict) -> None
     if session:
         lines.insert(1, (f"trace-join lookup --db {db} {session}", f"an x-request-id {sharing} requests share"))
     render.next_commands(lines)
+    print(f"\nThen your own deployment's records: trace-join ingest --db {db} followed by its log folders "
+          f"(docs/integrations/trtllm.md).")
