@@ -196,12 +196,14 @@ def coverage_text(result: dict) -> None:
     console.print(workers)
 
 
-def next_commands(lines: list[tuple[str, str]]) -> None:
-    """The demos' closing advice: each command with why, aligned."""
+def next_commands(lines: list[tuple[str, str]], then: str) -> None:
+    """The demos' closing advice: each command with why, aligned, each one to paste as it is; then
+    how to go on with the user's own deployment, in words (a placeholder would not run)."""
     width = max(len(command) for command, _ in lines)
     print("\nNext, with this run's ids:")
     for command, why in lines:
         print(f"  {command:<{width}}  # {why}")
+    print(f"\n{then}")
 
 
 def ms(value) -> str:

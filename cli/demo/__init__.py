@@ -83,6 +83,5 @@ def _print_next(store: Store, sent: list[Sent], reply: str, found: dict) -> None
                          "the disagg id its retry abandoned: the same request"))
     if session:
         lines.insert(1, (f"trace-join lookup --db {db} {session}", f"an x-request-id {sharing} requests share"))
-    render.next_commands(lines)
-    print(f"\nThen your own deployment's records: trace-join ingest --db {db} followed by its log folders "
-          f"(docs/integrations/trtllm.md).")
+    render.next_commands(lines, then=f"Then your own deployment's records: trace-join ingest --db {db} followed "
+                                     f"by its log folders (docs/integrations/trtllm.md).")
