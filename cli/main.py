@@ -38,7 +38,8 @@ def _options(
     version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
                                  help="Print trace-join's version and exit."),
 ) -> None:
-    """Join a reply id or x-request-id to everything every component recorded about it."""
+    """trace-join's own options, before any command."""
+
 
 DbOption = typer.Option(None, "--db", help="DuckDB store (default: $TRACEJOIN_DB, else ./tracejoin.duckdb)")
 JsonOption = typer.Option(False, "--json", help="Print JSON for scripts.")
