@@ -226,7 +226,8 @@ def coverage(db: Optional[str] = DbOption, as_json: bool = JsonOption):
 
 
 @app.command()
-def quarantine(db: Optional[str] = DbOption, as_json: bool = JsonOption, limit: int = typer.Option(50, min=1, help="Rows.")):
+def quarantine(db: Optional[str] = DbOption, as_json: bool = JsonOption,
+               limit: int = typer.Option(50, min=1, help="Rows.")):
     """List lines that could not be read, with their file, line, byte offset and reason."""
     from tracejoin.cli import render
 
