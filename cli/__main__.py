@@ -10,7 +10,6 @@ back on (main.long_running).
 
 import atexit
 import gc
-import sys
 
 
 def run() -> None:
@@ -22,5 +21,4 @@ def run() -> None:
 
 
 if __name__ == "__main__":
-    sys.argv[0] = "trace-join"
     run()

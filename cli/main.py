@@ -18,8 +18,28 @@ app = typer.Typer(
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
+    # click names the command a mistyped one was meant to be; Typer's own suggestion would repeat it
+    suggest_commands=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
     help="Join a reply id or x-request-id to everything every component recorded about it.",
 )
+
+
+def _print_version(wanted: bool) -> None:
+    if wanted:
+        from importlib.metadata import version
+
+        print(f"trace-join {version('trace-join')}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(
+    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                 help="Print trace-join's version and exit."),
+) -> None:
+    """trace-join's own options, before any command."""
+
 
 DbOption = typer.Option(None, "--db", help="DuckDB store (default: $TRACEJOIN_DB, else ./tracejoin.duckdb)")
 JsonOption = typer.Option(False, "--json", help="Print JSON for scripts.")
@@ -97,9 +117,8 @@ def _query(db: Optional[str], name: str, **params):
 
 @app.command()
 def ingest(
-    paths: Optional[List[str]] = typer.Argument(
-        None, help="Files, folders or globs; .gz is read as it is. None: only bring the store up to date "
-                   "(its schema, its requests tables)."),
+    paths: List[str] = typer.Argument(
+        ..., metavar="FILE_OR_FOLDER...", help="Files, folders or globs; .gz is read as it is."),
     db: Optional[str] = DbOption,
     as_json: bool = JsonOption,
     worker: Optional[str] = typer.Option(
@@ -109,21 +128,25 @@ def ingest(
 ):
     """Read log, span, trace and perf files into the store. Reading the same bytes again adds nothing."""
     long_running()
-    from tracejoin.collector.ingest import Ingester, InputError
-    from tracejoin.collector.requests import update_requests
+    from tracejoin.collector.ingest import Ingester, InputError, expand_paths
     from tracejoin.collector.store import StoreError
     from tracejoin.cli import render
 
-    paths = paths or []
-    with _open(db, read_only=False) as store:
-        with render.byte_progress(paths) as progress:
-            try:
+    problems: list[str] = []
+    try:  # before the store is opened, so a path that names nothing leaves no new store behind
+        files = expand_paths(paths, problems)
+    except InputError as e:
+        raise Failure(str(e)) from None
+    try:
+        with _open(db, read_only=False) as store:
+            with render.byte_progress(files) as progress:
                 ingester = Ingester(store, progress=progress, worker=worker, keep_content=keep_content)
-                result = ingester.ingest_paths(paths)
-                if not paths:
-                    update_requests(store)
-            except (InputError, StoreError) as e:
-                raise Failure(str(e)) from None
+                result = ingester.ingest_files(files, problems)
+    except StoreError as e:
+        raise Failure(str(e)) from None
+    except KeyboardInterrupt:
+        # Each file's position is committed with the records read up to it: a new run reads on from there.
+        raise Failure("interrupted; run the same command again and it resumes where it stopped", 130) from None
     render.ingest_summary(result, as_json)
     for line in result.errors:
         say_error(f"error: {line}")
@@ -150,7 +173,8 @@ def lookup(
     if as_json:
         render.print_json(result)
     if not result["requests"]:
-        raise Failure(f"nothing found for {id!r} (looked for it as any kind of id{render.window_text(result)})", 1)
+        raise Failure(f"nothing found for {result['query']!r} (looked for it as any kind of id"
+                      f"{render.window_text(result)})", 1)
     if html is not None:
         from tracejoin.cli.html_page import page
 
@@ -172,7 +196,7 @@ def requests(
     route: Optional[str] = typer.Option(None, help="Only requests whose route or endpoint contains this."),
     since: Optional[str] = typer.Option(None, help="Only requests that started at or after: ISO time, or 30m, 2h, 1d ago."),
     until: Optional[str] = typer.Option(None, help="Only requests that started at or before: ISO time, or 30m, 2h, 1d ago."),
-    limit: int = typer.Option(20, help="How many to list."),
+    limit: int = typer.Option(20, min=1, help="How many to list."),
 ):
     """List requests: newest or slowest first, errors only, by worker, by route, in a time window."""
     from tracejoin.cli import render
@@ -202,7 +226,8 @@ def coverage(db: Optional[str] = DbOption, as_json: bool = JsonOption):
 
 
 @app.command()
-def quarantine(db: Optional[str] = DbOption, as_json: bool = JsonOption, limit: int = typer.Option(50, help="Rows.")):
+def quarantine(db: Optional[str] = DbOption, as_json: bool = JsonOption,
+               limit: int = typer.Option(50, min=1, help="Rows.")):
     """List lines that could not be read, with their file, line, byte offset and reason."""
     from tracejoin.cli import render
 
@@ -367,7 +392,7 @@ def _time_arg(text: Optional[str], option: str) -> Optional[int]:
 
 def run() -> None:
     try:
-        code = app(standalone_mode=False)
+        code = app(prog_name="trace-join", standalone_mode=False)  # under `python -m tracejoin.cli` too
     except Failure as e:
         say_error(str(e))
         sys.exit(e.code)
@@ -376,7 +401,8 @@ def run() -> None:
         sys.exit(130)
     except Exception as e:  # noqa: BLE001 - a usage error, a bug or an environment problem: one line
         if hasattr(e, "format_message") and hasattr(e, "exit_code"):  # click's usage errors, via typer
-            say_error(f"{e.format_message()} (see trace-join --help)")
+            if e.format_message():  # none when the help was shown instead (`trace-join` alone)
+                say_error(f"{e.format_message()} (see trace-join --help)")
             sys.exit(e.exit_code)
         if os.environ.get("TRACEJOIN_DEBUG"):
             raise

@@ -59,13 +59,12 @@ def window_text(result: dict) -> str:
 
 
 @contextlib.contextmanager
-def byte_progress(paths: list[str]):
-    """A progress bar over the bytes of large inputs on a terminal; a no-op callback otherwise."""
-    from tracejoin.collector.ingest import expand_paths
-
+def byte_progress(files: list[tuple]):
+    """A progress bar over the bytes of large inputs (ingest.expand_paths' files) on a terminal; a
+    no-op callback otherwise."""
     try:
-        total = sum(os.path.getsize(p) for p, _ in expand_paths(paths))
-    except Exception:  # missing paths are reported by ingest itself
+        total = sum(os.path.getsize(path) for path, _ in files)
+    except OSError:  # a file gone since: ingest reports it
         total = 0
     if total < PROGRESS_MIN_BYTES or not sys.stderr.isatty():
         yield None
@@ -198,12 +197,14 @@ def coverage_text(result: dict) -> None:
     console.print(workers)
 
 
-def next_commands(lines: list[tuple[str, str]]) -> None:
-    """The demos' closing advice: each command with why, aligned."""
+def next_commands(lines: list[tuple[str, str]], then: str) -> None:
+    """The demos' closing advice: each command with why, aligned, each one to paste as it is; then
+    how to go on with the user's own deployment, in words (a placeholder would not run)."""
     width = max(len(command) for command, _ in lines)
     print("\nNext, with this run's ids:")
     for command, why in lines:
         print(f"  {command:<{width}}  # {why}")
+    print(f"\n{then}")
 
 
 def grafana_hint(snapshot_path) -> str:

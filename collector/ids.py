@@ -64,6 +64,18 @@ def derived(kind: str, value: str) -> list[tuple[str, str]]:
     return []
 
 
+# What comes along with an id copied from a log line, a ticket or a JSON list.
+_PASTED_AROUND = re.compile(r"^[\s'\"`,]+|[\s'\"`,]+$")
+_TRACE_ID = re.compile(r"[0-9a-fA-F]{32}")
+
+
+def pasted_id(text: str) -> str:
+    """The id in what someone pasted to look up: without the whitespace, quotes (' " `) and commas
+    around it, and a trace id (32 hex digits) in lower case, as every source stores it."""
+    value = _PASTED_AROUND.sub("", text)
+    return value.lower() if _TRACE_ID.fullmatch(value) else value
+
+
 def implied_by_query(query: str) -> list[tuple[str, str]]:
     """Ids a looked-up string implies beyond itself: a reply id's internal or disagg id."""
     if query.startswith(REPLY_PREFIXES):

@@ -199,13 +199,19 @@ class Ingester:
         self._states: dict[int, dict] = {}  # what parsers learned of their files (state()), by origin
 
     def ingest_paths(self, paths: list[str]) -> IngestResult:
-        """Read the files, many small ones into one transaction. StoreFull when the disk fills up,
+        """Read the files the paths name (expand_paths)."""
+        problems: list[str] = []
+        return self.ingest_files(expand_paths(paths, problems), problems)
+
+    def ingest_files(self, files: list[tuple[Path, bool]], problems: list[str]) -> IngestResult:
+        """Read the files expand_paths found, many small ones into one transaction; `problems`, what
+        it could not read, is reported with the errors. StoreFull when the disk fills up,
         OutOfMemory when DuckDB's memory budget runs out: what was committed until then stays, with
         each file's position, and the same call goes on from there."""
-        result = IngestResult()
+        result = IngestResult(errors=list(problems))
         with store_errors_named(self.store.path):
             first_new = self.store.allocate_record_ids(0)
-            for path, named in expand_paths(paths, result.errors):
+            for path, named in files:
                 try:
                     self._read_file(path, result, named=named)
                 except OSError as e:

@@ -11,7 +11,7 @@ from . import error_lines
 from .graph import NOT_LOOKED_UP, IdGraph, found, found_sql
 from .ids import (
     CTX_REQUEST_ID, DISAGG_REQUEST_ID, ENGINE_REQUEST_ID, INTERNAL_ID, REPLY_ID, TRACE_ID, X_REQUEST_ID,
-    implied_by_query,
+    implied_by_query, pasted_id,
 )
 from .request_list import summaries
 from .requests import build_requests, requests_current, summarize_grouped, update_requests
@@ -67,8 +67,8 @@ MANY_CARRIERS = 200
 def lookup(store: Store, query: str, window: Window | None = None, limit: int = DEFAULT_LIMIT) -> dict:
     """The requests an id names: how many (`matched`); when more than one, `summary`, one row each
     (as `requests` lists them) in the order they started; `requests`, the first `limit` of them (all
-    when 0) with every record."""
-    query = query.strip()
+    when 0) with every record. The query is read as pasted_id reads it."""
+    query = pasted_id(query)
     window = window or Window()
     graph = IdGraph(store)
     wanted = wanted_ids(query)
@@ -94,16 +94,15 @@ def lookup(store: Store, query: str, window: Window | None = None, limit: int = 
 
 
 def wanted_ids(query: str) -> list[tuple[str, str | None]]:
-    """(value, kind) of what a lookup looks for: the query, as any kind of id, and the ids it
-    implies (the UUID inside a Dynamo reply id), as their kind."""
-    query = query.strip()
+    """(value, kind) of what a lookup looks for: the query (as pasted_id left it), as any kind of
+    id, and the ids it implies (the UUID inside a Dynamo reply id), as their kind."""
     return [(query, None), *((value, kind) for kind, value in implied_by_query(query))]
 
 
 def carried_by_many(store: Store, query: str) -> bool:
     """Whether more than MANY_CARRIERS records may carry what a lookup of the query looks for (by
     their keys in the index): the lookup then reads the stored requests tables."""
-    return len(found(store.con, [value for value, _ in wanted_ids(query)])) > MANY_CARRIERS
+    return len(found(store.con, [value for value, _ in wanted_ids(pasted_id(query))])) > MANY_CARRIERS
 
 
 def _walked(store: Store, graph: IdGraph, wanted: list[tuple[str, str | None]], window: Window, limit: int):

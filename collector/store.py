@@ -195,9 +195,15 @@ class OutOfMemory(StoreError):
 def store_errors_named(path: Path) -> Iterator[None]:
     """A write's DuckDB error, as StoreFull when the disk is full (DuckDB names that only inside an
     IO, transaction or fatal error: `Could not write file …: No space left on device`), and as
-    OutOfMemory, naming the setting, when DuckDB's memory budget ran out."""
+    OutOfMemory, naming the setting, when DuckDB's memory budget ran out; and Ctrl-C during a query,
+    which DuckDB's Python client raises as RuntimeError("Query interrupted") or InterruptException,
+    as KeyboardInterrupt."""
     try:
         yield
+    except (duckdb.InterruptException, RuntimeError) as e:
+        if isinstance(e, RuntimeError) and str(e) != "Query interrupted":
+            raise
+        raise KeyboardInterrupt from None
     except duckdb.OutOfMemoryException as e:
         raise OutOfMemory(
             f"DuckDB ran out of its memory budget, TRACEJOIN_MEMORY_LIMIT={memory_limit()} ({str(e).splitlines()[0]}): "
@@ -299,13 +305,15 @@ class Store:
             if read_only:
                 if version != SCHEMA_VERSION:
                     raise StoreError(
-                        f"{self.path} was written by an older trace-join (schema {version}): upgrade it once "
-                        f"with `trace-join ingest --db {self.path}` (no files needed), then read it"
+                        f"{self.path} was written by an older trace-join (schema {version}): a command that writes "
+                        f"to it upgrades it, so ingest into it once (`trace-join ingest --db {self.path} PATH...`; "
+                        f"files read before add nothing), then read it"
                     )
                 if not id_index.keys_current(self.con):
                     raise StoreError(
                         f"{self.path} was indexed by a DuckDB release that hashes differently from this one: "
-                        f"re-index it once with `trace-join ingest --db {self.path}` (no files needed), then read it"
+                        f"a command that writes to it re-indexes it, so ingest into it once (`trace-join ingest --db "
+                        f"{self.path} PATH...`; files read before add nothing), then read it"
                     )
                 return
             # tables added since the store was made (all statements are IF NOT EXISTS)

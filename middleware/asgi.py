@@ -214,7 +214,9 @@ class Exchange:
                 await self._serve()
             except Exception as error:
                 self.span.record_exception(error)
-                raise
+                if self.status is None:
+                    await self._send_server_error()
+                raise  # for the server to log; it sends nothing more once a response has started
             finally:
                 self._release_responses_id()
                 self._end()
@@ -268,6 +270,23 @@ class Exchange:
             }
         )
         await self._send_observed({"type": "http.response.body", "body": body, "more_body": False})
+
+    async def _send_server_error(self) -> None:
+        """The 500 the server would send for an app that raised, sent here so that it carries the
+        headers every response does (the x-request-id echo)."""
+        body = b"Internal Server Error"
+        try:
+            await self._send_observed(
+                {
+                    "type": "http.response.start",
+                    "status": 500,
+                    "headers": [(b"content-type", b"text/plain; charset=utf-8"),
+                                (b"content-length", str(len(body)).encode())],
+                }
+            )
+            await self._send_observed({"type": "http.response.body", "body": body, "more_body": False})
+        except OSError:  # the client has gone
+            pass
 
     def _release_responses_id(self) -> None:
         if self.held_responses_id is not None:

@@ -15,6 +15,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
+import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -24,6 +26,7 @@ import pytest
 
 DEMO_TIMEOUT_S = 120
 DISAGG_RESPONSES_REPLY = re.compile(r"resp_(\d+)_[0-9a-f]{16}")
+COUNTER_REPLY = re.compile(r"(?:chatcmpl|cmpl)-\d+")  # a streamed reply, named after its engine request id
 
 
 def trace_join(*args) -> subprocess.CompletedProcess:
@@ -58,6 +61,17 @@ class Demo:
         return [line for line in self.lines if line["event"] == "request.start" and fields.items() <= line.items()]
 
 
+def middleware_lines(records: Path) -> list[dict]:
+    return [json.loads(line) for path in sorted(records.glob("run-*/tracejoin/*.jsonl"))
+            for line in path.read_text().splitlines()]
+
+
+def router_replies(lines: list[dict]) -> dict[str, str]:
+    """The reply id of each request the router answered, and its internal id."""
+    return {line["reply_id"]: line["internal_id"] for line in lines
+            if line["event"] == "request.end" and line["role"] == "router" and line.get("reply_id")}
+
+
 def members(request: dict) -> tuple:
     """A looked-up request's ids and records, whatever the order and the placement of its records."""
     records = sorted((r["source"], r["kind"], r["worker"], r["summary"]) for r in request["records"])
@@ -67,11 +81,10 @@ def members(request: dict) -> tuple:
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory) -> Demo:
     folder = tmp_path_factory.mktemp("demo")
-    db = folder / "demo.duckdb"
+    db = folder / "demo store.duckdb"  # a space: the commands the demo prints must quote it
     run = trace_join("demo", "--db", db, "--folder", folder / "records")
     assert run.returncode == 0, run.stdout + run.stderr
-    lines = [json.loads(line) for path in sorted(folder.glob("records/run-*/tracejoin/*.jsonl"))
-             for line in path.read_text().splitlines()]
+    lines = middleware_lines(folder / "records")
     processes = {line["process"] for line in lines}
     assert len(processes) == 5, processes  # a router and four workers, each a process of its own
     return Demo(db, run.stdout, lines)
@@ -217,7 +230,7 @@ def test_the_demo_says_what_to_run_next_with_this_runs_ids(demo):
     [retried] = [end["reply_id"] for end in demo.ends(role="router") if end.get("reply_id", "").startswith("resp_")
                  and DISAGG_RESPONSES_REPLY.fullmatch(end["reply_id"]).group(1) != end["disagg_request_id"]]
     assert f"$ trace-join lookup {retried}" in demo.output
-    assert f"trace-join lookup --db {demo.db} {retried} --json" in demo.output
+    assert f"trace-join lookup --db {shlex.quote(str(demo.db))} {retried} --json" in demo.output
     replies = len(demo.starts(role="router"))
     assert f"joined to both workers (ctx/prefill, gen/decode): {replies} (100%)" in demo.output
 
@@ -226,3 +239,30 @@ def test_the_demo_leaves_grafanas_copy_next_to_its_database(demo):
     snapshot = demo.db.with_name(demo.db.name + ".snapshot.duckdb")
     assert snapshot.exists()
     assert f"wrote {snapshot.resolve()}\nGrafana: point a DuckDB data source" in demo.output
+
+
+def test_every_next_command_the_demo_prints_runs_as_printed(demo):
+    lines = demo.output.splitlines()
+    start = lines.index("Next, with this run's ids:") + 1
+    commands = [line.split("  # ")[0].strip() for line in lines[start:] if line.startswith("  ")]
+    assert len(commands) >= 5, demo.output
+    # `trace-join` as a user has it: the command installed beside this Python
+    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    env.pop("TRACEJOIN_DEBUG", None)
+    for command in commands:
+        run = subprocess.run(command, shell=True, capture_output=True, text=True, env=env, timeout=DEMO_TIMEOUT_S)
+        assert run.returncode == 0, (command, run.stderr)
+
+
+def test_a_second_run_into_the_same_database_gives_no_request_a_reply_id_the_first_gave(demo, tmp_path):
+    db = tmp_path / "twice.duckdb"
+    shutil.copy(demo.db, db)  # the module's other tests read the first run's store as it was
+    run = trace_join("demo", "--db", db, "--folder", tmp_path / "records")
+    assert run.returncode == 0, run.stdout + run.stderr
+    first, second = router_replies(demo.lines), router_replies(middleware_lines(tmp_path / "records"))
+    counted = [reply for reply in second if COUNTER_REPLY.fullmatch(reply)]
+    assert counted and any(COUNTER_REPLY.fullmatch(reply) for reply in first)  # the format each run reproduces
+    assert not first.keys() & second.keys()
+    for reply in counted:
+        found = json.loads(trace_join("lookup", reply, "--db", db, "--json").stdout)
+        assert found["matched"] == 1 and second[reply] in found["requests"][0]["ids"]["internal_id"], reply

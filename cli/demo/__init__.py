@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import shlex
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -37,7 +38,11 @@ def run_demo(store: Store, folder: str) -> None:
     # Each run writes a folder of its own, so nothing an earlier run (or anyone) left is touched.
     out = (Path(folder) / datetime.now(timezone.utc).strftime("run-%Y%m%dT%H%M%SZ")).resolve()
     started = time.monotonic()
-    with Deployment(out) as deployment:
+    # Streamed chat and completion replies are named after their engine request id (chatcmpl-<id>),
+    # so each run's engines start past the last run's ids: at the count of records stored, which
+    # grows by more than any worker's requests in every run (each request leaves several records).
+    first_engine_request_id = store.con.execute("SELECT count(*) FROM records").fetchone()[0]
+    with Deployment(out, first_engine_request_id) as deployment:
         print("A disaggregated deployment on loopback: trace-join's stand-ins for trtllm-serve")
         for server in deployment.servers:
             print(f"  {server.name:<7} {server.address:<16} pid {server.process.pid}")
@@ -50,7 +55,7 @@ def run_demo(store: Store, folder: str) -> None:
     if not replies:
         raise DeploymentError(f"no Responses request went through; the processes' logs are in {out / 'logs'}")
 
-    print(f"\n$ trace-join ingest {out}\n")
+    print(f"\n$ trace-join ingest {shlex.quote(str(out))}\n")
     render.ingest_summary(Ingester(store).ingest_paths([str(out)]), as_json=False)
     reply = replies[0]  # the retried request's, when it went through: it was sent first
     print(f"\n$ trace-join lookup {reply}\n")
@@ -64,7 +69,8 @@ def run_demo(store: Store, folder: str) -> None:
 
 
 def _print_next(store: Store, sent: list[Sent], reply: str, found: dict) -> None:
-    db = store.path
+    """Commands to run next, each as it can be pasted into a shell."""
+    db = shlex.quote(str(store.path))
     disagg_ids = [d for request in found["requests"] for d in request["ids"]["disagg_request_id"]]
     named_after = _DISAGG_RESPONSES_REPLY.fullmatch(reply)
     first_disagg = named_after.group(1) if named_after else None
@@ -74,11 +80,11 @@ def _print_next(store: Store, sent: list[Sent], reply: str, found: dict) -> None
         (f"trace-join lookup --db {db} {reply} --json", "the same, for scripts"),
         (f"trace-join requests --db {db} --slowest", "where the time went (docs/runbook.md)"),
         (f"trace-join requests --db {db} --errors", "the failed, the retried and the cut-short requests"),
-        (f"trace-join ingest --db {db} YOUR-LOGS/", "your deployment's records (docs/integrations/trtllm.md)"),
     ]
     if first_disagg and len(disagg_ids) > 1:
         lines.insert(0, (f"trace-join lookup --db {db} {first_disagg}",
                          "the disagg id its retry abandoned: the same request"))
     if session:
         lines.insert(1, (f"trace-join lookup --db {db} {session}", f"an x-request-id {sharing} requests share"))
-    render.next_commands(lines)
+    render.next_commands(lines, then=f"Then your own deployment's records: trace-join ingest --db {db} followed "
+                                     f"by its log folders (docs/integrations/trtllm.md).")

@@ -1,7 +1,7 @@
 """The demo's disaggregated deployment: a router, two context and two generation workers, each a
 process of its own (so each has its own pid, as real workers do), on 127.0.0.1.
 
-    with Deployment(out) as deployment:
+    with Deployment(out, first_engine_request_id) as deployment:
         ... send requests to deployment.router_url ...
 
 Starting: the parent opens every listening socket on an ephemeral port first, so the router can be
@@ -79,8 +79,10 @@ class Server:
 
 
 class Deployment(StartsAndStops):
-    def __init__(self, out: Path):
+    def __init__(self, out: Path, first_engine_request_id: int):
+        """`first_engine_request_id`: where every worker's engine starts numbering its requests."""
         self.out = out
+        self.first_engine_request_id = first_engine_request_id
         self.servers: list[Server] = []
 
     @property
@@ -94,7 +96,8 @@ class Deployment(StartsAndStops):
             if name == "router":
                 options = [arg for worker in NAMES[1:] for arg in (f"--{_role(worker)}", addresses[worker])]
             else:
-                options = ["--flaky"] if name == FLAKY else []
+                options = ["--first-request-id", str(self.first_engine_request_id)]
+                options += ["--flaky"] if name == FLAKY else []
             self.servers.append(Server(name, addresses[name], self._spawn(_role(name), sock, options)))
             sock.close()  # the process has its own copy; if it dies, its port refuses connections
         self._wait_until_ready()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import shlex
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -125,6 +126,8 @@ def _once_arrived(db: Path, reply: str, out: Path) -> dict:
 
 
 def _print_next(db: Path, out: Path, sent: list[Sent], looked_up: list[str]) -> None:
+    """Commands to run next, each as it can be pasted into a shell."""
+    db, logs = shlex.quote(str(db)), shlex.quote(str(out / "logs"))
     session = next(s.x_request_id for s in sent if s.x_request_id)
     sharing = sum(1 for s in sent if s.x_request_id == session)
     responses_reply = looked_up[0]
@@ -133,6 +136,6 @@ def _print_next(db: Path, out: Path, sent: list[Sent], looked_up: list[str]) -> 
         (f"trace-join lookup --db {db} {session}", f"an x-request-id {sharing} requests share"),
         (f"trace-join requests --db {db} --errors", "the unknown model's 404 and the client that left"),
         (f"trace-join coverage --db {db}", "how many replies joined their prefill and decode workers"),
-        (f"grep -l {responses_reply} {out}/logs/*", "no Dynamo record has a Responses reply id; the proxy's has"),
-        (f"trace-join collect --db {db} --watch YOUR-DYNAMO-LOGS/", "your deployment (docs/integrations/dynamo.md)"),
-    ])
+        (f"grep -rl {responses_reply} {logs}", "no Dynamo record has a Responses reply id; the proxy's has"),
+    ], then=f"Then your own deployment: trace-join collect --db {db} with --watch for each of its log folders "
+            f"(docs/integrations/dynamo.md).")

@@ -1,9 +1,9 @@
 """The engine behind a demo worker, standing in for TensorRT-LLM's executor.
 
-It numbers requests as the executor does, from 0 in every process, so two workers issue the same
-engine request ids. It spends the time a GPU would, in short sleeps: a request waits for the one
-prefill slot (queue), is prefilled, waits for its KV cache to arrive on a generation worker, and
-decodes token by token. Each moment is noted on the steady clock under the name TensorRT-LLM's
+It numbers requests as the executor does, counting up in every process (from the same first id:
+deployment.py), so two workers issue the same engine request ids. It spends the time a GPU would,
+in short sleeps: a request waits for the one prefill slot (queue), is prefilled, waits for its KV
+cache to arrive on a generation worker, and decodes token by token. Each moment is noted on the steady clock under the name TensorRT-LLM's
 `RequestPerfMetrics` gives it (`arrival_time`, `first_scheduled_time`, ...).
 """
 
@@ -45,8 +45,8 @@ class EngineRequest:
 
 
 class Engine:
-    def __init__(self):
-        self._request_ids = itertools.count()
+    def __init__(self, first_request_id: int):
+        self._request_ids = itertools.count(first_request_id)
         self._iterations = itertools.count()
         self._prefill_slot = asyncio.Lock()  # one prefill at a time: concurrent requests queue
 

@@ -74,11 +74,11 @@ class Job:
 
 
 class Worker:
-    def __init__(self, role: str, out: Path, *, flaky: bool):
+    def __init__(self, role: str, out: Path, *, flaky: bool, first_request_id: int):
         self.role = role
         self.out = out
         self.flaky = flaky
-        self.engine = Engine()
+        self.engine = Engine(first_request_id)
         self.log = trtllm_logger()
         host, pid = socket.gethostname(), os.getpid()
         self.perf = PerfMetricsJsonl(out / "perf_metrics", "server")
@@ -209,5 +209,5 @@ class Worker:
         return headers
 
 
-def build_app(role: str, out: Path, *, flaky: bool = False) -> Starlette:
-    return Worker(role, out, flaky=flaky).app()
+def build_app(role: str, out: Path, *, flaky: bool, first_request_id: int) -> Starlette:
+    return Worker(role, out, flaky=flaky, first_request_id=first_request_id).app()

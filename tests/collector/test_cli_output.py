@@ -1,26 +1,128 @@
-"""What the command prints for people: the progress bar on large inputs, the lookup timeline."""
+"""What the command prints for people: the progress bar on large inputs, the lookup timeline, its
+version, help and usage errors."""
 
 from __future__ import annotations
 
 import gzip
 import json
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from importlib.metadata import version
+
+import pytest
+import typer
 
 from tracejoin.cli import render
 from tracejoin.cli.demo.dynamo_formats import DynamoSample
+from tracejoin.cli.main import app
+from tracejoin.collector.ingest import expand_paths
+
+from ..conftest import assert_one_clear_line
+
+COMMANDS = sorted(typer.main.get_command(app).commands)
+
+
+def test_version_prints_the_installed_release(tj):
+    run = tj("--version", with_db=False)
+    assert (run.code, run.out, run.err) == (0, f"trace-join {version('trace-join')}\n", "")
+
+
+@pytest.mark.parametrize("command", ["", *COMMANDS])
+def test_h_is_help_on_the_app_and_every_command(tj, command):
+    run = tj(*command.split(), "-h", with_db=False)
+    assert run.code == 0 and run.err == "", run.err
+    assert f"Usage: trace-join {command}".rstrip() in run.out
+
+
+def test_a_mistyped_command_is_told_the_command_it_was_meant_to_be_once(tj):
+    run = tj("lookp", with_db=False)
+    assert run.code == 2
+    assert_one_clear_line(run)
+    assert run.err.count("Did you mean 'lookup'?") == 1, run.err
+
+
+def test_the_command_alone_shows_its_help_and_no_empty_error(tj):
+    run = tj(with_db=False)
+    assert run.code == 2 and "Usage: trace-join" in run.out and run.err == ""
+
+
+@pytest.mark.parametrize("command", [["lookup", "some-id"], ["requests"], ["quarantine"]], ids=lambda c: c[0])
+def test_a_negative_limit_is_one_clear_usage_error(tj, command):
+    run = tj(*command, "--limit", "-1")
+    assert run.code == 2
+    assert_one_clear_line(run)
+    assert "--limit" in run.err and "-1" in run.err
+
+
+def test_ingest_without_paths_is_a_usage_error_and_makes_no_store(tj, tmp_path):
+    run = tj("ingest")
+    assert run.code == 2
+    assert_one_clear_line(run)
+    assert "Missing argument 'FILE_OR_FOLDER...'" in run.err
+    assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize("path", ["missing.jsonl", "logs/*.jsonl"])
+def test_ingest_of_a_path_that_names_nothing_leaves_no_new_store(tj, tmp_path, path):
+    run = tj("ingest", tmp_path / path)
+    assert run.code == 2
+    assert_one_clear_line(run)
+    assert str(tmp_path / path) in run.err
+    assert not any(tmp_path.iterdir())
+
+
+def test_ctrl_c_during_ingest_says_to_run_it_again_and_the_next_run_resumes(tmp_path, db):
+    lines = 400_000  # about 7 s of ingest on a quiet machine; it is interrupted once records are committed
+    big = tmp_path / "router.jsonl"
+    with big.open("w") as f:
+        for i in range(lines):
+            f.write(json.dumps({"schema": "tracejoin.log.v1", "ts": "2026-12-02T07:58:57.242793Z", "level": "info",
+                                "event": "request.start", "role": "router", "worker": "vm:8000",
+                                "internal_id": str(uuid.UUID(int=i)), "route": "/v1/chat/completions"}) + "\n")
+    argv = [sys.executable, "-m", "tracejoin.cli", "ingest", "--db", str(db), str(big)]
+    child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wal = db.with_name(db.name + ".wal")
+    deadline = time.monotonic() + 60
+    # A batch of records committed: the write-ahead log (or the store, once checkpointed) holds megabytes.
+    while max((p.stat().st_size for p in (db, wal) if p.exists()), default=0) < 1 << 20:
+        assert child.poll() is None and time.monotonic() < deadline, child.communicate()
+        time.sleep(0.02)
+    child.send_signal(signal.SIGINT)
+    out, err = child.communicate(timeout=60)
+    assert child.returncode == 130, err
+    assert [line for line in err.splitlines() if line.strip()] == [
+        "trace-join: interrupted; run the same command again and it resumes where it stopped"]
+    committed = count_records(db)
+    assert 0 < committed < lines
+
+    again = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert count_records(db) == lines
+    assert count_records(db, "SELECT count(DISTINCT (origin_id, \"offset\")) FROM records") == lines
+
+
+def count_records(db, sql="SELECT count(*) FROM records") -> int:
+    import duckdb
+
+    with duckdb.connect(str(db), read_only=True) as con:
+        return con.execute(sql).fetchone()[0]
 
 
 def test_progress_bar_only_for_large_inputs_on_a_terminal(tmp_path, monkeypatch):
-    files = DynamoSample().write(tmp_path)
-    paths = [str(p) for p in files.values()]
-    with render.byte_progress(paths) as progress:
+    DynamoSample().write(tmp_path)
+    files = expand_paths([str(tmp_path)])
+    with render.byte_progress(files) as progress:
         assert progress is None  # small input
 
     monkeypatch.setattr(render, "PROGRESS_MIN_BYTES", 1)
-    with render.byte_progress(paths) as progress:
+    with render.byte_progress(files) as progress:
         assert progress is None  # stderr is not a terminal under pytest
 
     monkeypatch.setattr(render.sys.stderr, "isatty", lambda: True, raising=False)
-    with render.byte_progress(paths) as progress:
+    with render.byte_progress(files) as progress:
         assert callable(progress)
         progress(10)
 
@@ -41,6 +143,23 @@ def test_timeline_shows_every_worker_and_the_gaps_between_stages(tj, tmp_path):
     assert "41.5" in out
     lines = [ln for ln in out.splitlines() if "request completed" in ln and "(decode)" in ln]
     assert lines and "136.5" in lines[0]
+
+
+def test_lookup_of_a_pasted_id_finds_the_request_without_what_came_with_it(tj, tmp_path):
+    sample = DynamoSample()
+    req = sample.add(x_request_id="pasted-1")
+    sample.write(tmp_path / "logs")
+    assert tj("ingest", tmp_path / "logs").code == 0
+    for pasted in (f"  {req.reply_id}\n", f'"{req.reply_id}",', f"'{req.reply_id}'", f"`{req.reply_id}`",
+                   f', "{req.reply_id}" ,', req.trace_id.upper(), f'"{req.trace_id.upper()}",'):
+        run = tj("lookup", pasted, "--json")
+        assert run.code == 0, (pasted, run.err)
+        [found] = run.json()["requests"]
+        assert req.request_id in found["ids"]["internal_id"] and req.trace_id in found["ids"]["trace_id"], pasted
+    run = tj("lookup", '"no-such-id",')
+    assert run.code == 1
+    assert_one_clear_line(run)
+    assert "nothing found for 'no-such-id'" in run.err
 
 
 def _line_at(path: str, offset: int) -> bytes:

@@ -97,7 +97,7 @@ def test_a_schema_1_store_is_upgraded_by_opening_it_for_writing(db):
     internal_ids = make_schema_1(db)
     with pytest.raises(StoreError, match=r"older trace-join \(schema 1\).*trace-join ingest --db"):
         open_store(db, read_only=True)
-    with open_store(db) as store:  # what `trace-join ingest --db DB` does
+    with open_store(db) as store:  # what `trace-join ingest --db DB PATH...` does first
         pass
     with open_store(db, read_only=True) as store:
         assert store.con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == (

@@ -83,7 +83,7 @@ def test_a_schema_2_store_is_upgraded_when_written_and_refused_until_then(tmp_pa
         assert settled(con) == expected
     with pytest.raises(StoreError, match=r"older trace-join \(schema 2\).*trace-join ingest --db"):
         open_store(db, read_only=True)
-    with open_store(db) as store:  # what `trace-join ingest --db DB` or a collector does first
+    with open_store(db) as store:  # what `trace-join ingest --db DB PATH...` or a collector does first
         pass
     with open_store(db, read_only=True) as store:
         assert store.con.execute("SELECT value FROM meta WHERE key = 'schema_version'").fetchone() == (

@@ -322,6 +322,33 @@ def test_a_client_leaving_mid_stream_is_recorded_and_its_span_ended(served: Serv
     assert span.end_time >= span.start_time
 
 
+async def _raising_asgi_app(scope, receive, send):
+    raise RuntimeError("the app failed")
+
+
+async def _raising_route(request: Request) -> Response:
+    raise RuntimeError("the app failed")
+
+
+@pytest.mark.parametrize("app", ["starlette", "asgi"])
+def test_the_500_of_an_app_that_raises_echoes_the_x_request_id(tmp_path, app):
+    """Starlette's own 500 comes from outside the middleware (add_middleware puts it within
+    ServerErrorMiddleware), uvicorn's from under a bare ASGI app: neither passed through it."""
+    log = LogFile(tmp_path / "app.jsonl")
+    if app == "starlette":
+        served = Starlette(routes=[Route("/v1/chat/completions", _raising_route, methods=["POST"])])
+        served.add_middleware(TraceJoinMiddleware, role="agg", log=str(log.path))
+    else:
+        served = TraceJoinMiddleware(_raising_asgi_app, role="agg", log=str(log.path))
+    with running(app_config(served)) as url:
+        response = httpx.post(f"{url}/v1/chat/completions", json=CHAT, headers={"x-request-id": "ticket-500"},
+                              timeout=WAIT_S)
+        end = log.wait_for(event("request.end"))[0]
+    assert response.status_code == 500
+    assert response.headers["x-request-id"] == "ticket-500"
+    assert (end["status"], end["x_request_id"]) == (500, "ticket-500")
+
+
 # -- calls to workers ----------------------------------------------------------------------------------
 
 
