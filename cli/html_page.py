@@ -14,7 +14,7 @@ from __future__ import annotations
 from html import escape
 
 from tracejoin.cli.render import origin_text, record_fields, request_heading, request_lines, seconds
-from tracejoin.collector.lookup import extent
+from tracejoin.collector.times import extent
 
 _STYLE = """
 body { font: 13px/1.4 system-ui, sans-serif; margin: 24px; color: #1d1d1f; }

@@ -20,7 +20,7 @@ import re
 
 import orjson
 
-from .times import ns_to_iso
+from .times import extent, failure_known_ns, ns_to_iso
 
 # The text-log sources and the resolution of their times (ns): their lines are the ones that name
 # no request, and a line's time says only in which second it was written.
@@ -39,11 +39,6 @@ def _worrying(row: dict) -> bool:
     return bool(row["failed"]) or (row["level"] or "").upper() in _WORRYING
 
 
-def _extent(row: dict) -> tuple[int, int]:
-    start, duration = row["time_ns"], row["duration_ns"] or 0
-    return (start - duration, start) if row["kind"] == "log" else (start, start + duration)
-
-
 def inferred_rows(graph, rows: list[dict]) -> list[dict]:
     """The error lines that name no id and that this request's failures place in it (rows as
     lookup's, with `inferred` and `clock` set, and `ambiguous` where other requests failed there
@@ -56,7 +51,7 @@ def inferred_rows(graph, rows: list[dict]) -> list[dict]:
     own = {r["record_id"] for r in rows}
     by_worker: dict[str, list[tuple[int, int]]] = {}
     for r in evidence:
-        by_worker.setdefault(r["worker"], []).append(_extent(r))
+        by_worker.setdefault(r["worker"], []).append(extent(r["kind"], r["time_ns"], r["duration_ns"] or 0))
     where = " OR ".join("(worker = ? AND time_ns BETWEEN ? AND ?)" for _ in by_worker)
     params = []
     for worker, extents in by_worker.items():
@@ -76,9 +71,9 @@ def inferred_rows(graph, rows: list[dict]) -> list[dict]:
         row["attrs"] = orjson.loads(row["attrs"]) if row["attrs"] else {}
         second = (row["time_ns"], row["time_ns"] + TEXT_LOGS[row["source"]])
         there = [r for r in evidence if r["worker"] == row["worker"]
-                 for start, end in [_extent(r)] if start < second[1] and end >= second[0]]
+                 for start, end in [extent(r["kind"], r["time_ns"], r["duration_ns"] or 0)] if start < second[1] and end >= second[0]]
         # placed where the request failed there (where a warning was all it had: at the warning)
-        failures = [_extent(r)[1] for r in there if r["failed"]] or [_extent(r)[1] for r in there]
+        failures = [failure_known_ns(r) for r in there if r["failed"]] or [failure_known_ns(r) for r in there]
         named = set(_ADDRESS.findall(row["name"] or ""))
         if not failures or (named and not named & ports):
             continue  # no failure of this request there then, or it names a peer this request did not use

@@ -15,7 +15,7 @@ from .ids import (
 )
 from .request_list import summaries
 from .requests import build_requests, requests_current, summarize_grouped, update_requests
-from .times import ns_to_iso
+from .times import extent, failure_known_ns, ns_to_iso
 from .store import Store
 
 # When an id matches several kinds, the lookup is said to be by the strongest.
@@ -236,10 +236,9 @@ def _request_json(graph: IdGraph, request) -> dict:
         w = workers.setdefault(row["worker"] or "?", {"worker": row["worker"], "role": row["role"], "records": 0})
         w["role"] = w["role"] or row["role"]  # a log line may not know the role its worker's spans state
         w["records"] += 1
-    # The failure first known: when the record's duration ended; of two at once, one that says why.
+    # The failure first known (failure_known_ns); of two at once, the one that says why.
     failed = min((row for row in rows if row["failed"]), default=None, key=lambda row: (
-        row["time_ns"] is None, extent(row["kind"], row["time_ns"] or 0, row["duration_ns"] or 0)[1],
-        not row.get("exception")))
+        row["time_ns"] is None, row["time_ns"] is not None and failure_known_ns(row), not row.get("exception")))
     first_error = None if failed is None else {
         "time": ns_to_iso(failed["time_ns"]) if failed["time_ns"] is not None else None,
         "worker": failed["worker"], "role": failed["role"],
@@ -262,13 +261,6 @@ def _outcome(rows: list[dict], first_error: dict | None) -> dict:
     answered = [row["http_status"] for row in rows if row["http_status"] and row["worker"] in entry_workers]
     return {"http_status": max(answered, default=None), "failed": first_error is not None,
             "client_left": any(row["disconnected"] for row in rows)}
-
-
-def extent(kind: str, time, duration):
-    """When a record's duration ran, in the unit of its time and duration: from its time for a span
-    or a measurement (perf metrics and hooks are timed at the request's arrival), up to its time
-    for a log line, which is written when what it measures has ended (`request.end`)."""
-    return (time - duration, time) if kind == "log" else (time, time + duration)
 
 
 def _phases(rows: list[dict]) -> list[dict]:

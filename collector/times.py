@@ -1,4 +1,5 @@
-"""Wall-clock times as ns since the epoch, UTC, to and from ISO 8601 text."""
+"""Wall-clock times as ns since the epoch, UTC, to and from ISO 8601 text; when a record's
+duration ran, and when the failure it states was known."""
 
 from __future__ import annotations
 
@@ -61,3 +62,18 @@ def ns_to_iso(ns: int) -> str:
     seconds, rest = divmod(ns, 1_000_000_000)
     base = datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
     return f"{base}.{rest // 1000:06d}Z"
+
+
+def extent(kind: str, time, duration):
+    """When a record's duration ran, in the unit of its time and duration: from its time for a span
+    or a measurement (perf metrics and hooks are timed at the request's arrival), up to its time
+    for a log line, which is written when what it measures has ended (`request.end`)."""
+    return (time - duration, time) if kind == "log" else (time, time + duration)
+
+
+def failure_known_ns(row: dict) -> int:
+    """When the failure a record states (a lookup row, timed) was known: when its answer's first
+    byte went out, for a record that measured that (`ttfb_ms`: the status was sent then, and the
+    caller may log the failure before this record is written); else when its duration ended."""
+    begin, end = extent(row["kind"], row["time_ns"], row["duration_ns"] or 0)
+    return begin + round(row["ttfb_ms"] * 1e6) if row.get("ttfb_ms") is not None else end
