@@ -57,8 +57,8 @@ def inferred_rows(graph, rows: list[dict]) -> list[dict]:
     for worker, extents in by_worker.items():
         params += [worker, min(a for a, _ in extents) - resolution, max(b for _, b in extents)]
     candidates = [r for (r,) in graph.con.execute(
-        f"SELECT record_id FROM record_workers WHERE source IN {_TEXT_LOGS_SQL} AND kind = 'log' "
-        f"AND upper(coalesce(level, '')) IN ('ERROR', 'CRITICAL', 'FATAL') AND ({where})", params).fetchall()
+        f"SELECT record_id FROM record_workers JOIN record_facts USING (record_id) "
+        f"WHERE source IN {_TEXT_LOGS_SQL} AND kind = 'log' AND failed AND ({where})", params).fetchall()
         if r not in own]
     graph.load(candidates)
     ports = {r["worker"].rsplit(":", 1)[-1] for r in rows if r["worker"]}
@@ -67,8 +67,7 @@ def inferred_rows(graph, rows: list[dict]) -> list[dict]:
         node = graph.nodes[record_id]
         if node.ids or node.trace_id:
             continue  # it names what it belongs to: the walk has placed it, or not
-        row = dict(node.record)
-        row["attrs"] = orjson.loads(row["attrs"]) if row["attrs"] else {}
+        row = _row(graph, record_id)
         second = (row["time_ns"], row["time_ns"] + TEXT_LOGS[row["source"]])
         there = [r for r in evidence if r["worker"] == row["worker"]
                  for start, end in [extent(r["kind"], r["time_ns"], r["duration_ns"] or 0)] if start < second[1] and end >= second[0]]
@@ -151,8 +150,14 @@ def _head_of(graph, row: dict) -> dict | None:
             "AND origin_id = $3 ORDER BY record_id DESC", [row["record_id"], TRACEBACK_LINES, row["origin_id"]]).fetchall():
         if not (attrs and orjson.loads(attrs).get("continues")):
             graph.load([record_id])
-            head = dict(graph.nodes[record_id].record)
-            head["attrs"] = orjson.loads(head["attrs"]) if head["attrs"] else {}
+            head = _row(graph, record_id)
             head["worker"], head["role"] = row["worker"], row["role"]
             return head
     return None
+
+
+def _row(graph, record_id: int) -> dict:
+    """A loaded record as a row of lookup's: its columns, its attributes read."""
+    row = dict(graph.nodes[record_id].record)
+    row["attrs"] = orjson.loads(row["attrs"]) if row["attrs"] else {}
+    return row
