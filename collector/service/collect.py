@@ -14,6 +14,7 @@ is published, and the endpoint file is removed.
 
 from __future__ import annotations
 
+import os
 import signal
 import threading
 from dataclasses import dataclass, field
@@ -33,6 +34,9 @@ from .scraper import Scraper
 from .snapshot import INTERVAL_S, Snapshotter, publish, snapshot_path
 from .tailer import Tailer
 from .writer import Writer
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 @dataclass
@@ -60,8 +64,11 @@ def collect(config: CollectConfig, say: Callable[[str], None], report: Callable[
     problems met while running (a file that cannot be read, an endpoint that does not answer)."""
     store = open_store(config.db)  # StoreError when another process holds it
     stop = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stop.set())
+    # The handler only writes a byte to a pipe the main thread reads: a handler runs in the main
+    # thread between two bytecodes, and one that set the Event could find the Event's lock held by
+    # that same thread, inside a wait, and wait for it forever.
+    woken, wake = os.pipe()
+    handlers = {signum: signal.signal(signum, lambda *_: os.write(wake, b".")) for signum in STOP_SIGNALS}
     writer = Writer(store, report)
     writer.start()
     # Readers get cursors (connections of their own) from a connection the writer never uses.
@@ -107,8 +114,7 @@ def collect(config: CollectConfig, say: Callable[[str], None], report: Callable[
         say(f"queries    http://{queries.address}  (address and token in {endpoint})")
         say(f"collecting into {store.path}; SIGTERM or Ctrl-C stops")
         started = True
-        while not stop.wait(1):
-            pass
+        os.read(woken, 1)  # until SIGTERM or SIGINT
     finally:
         stop.set()
         for receiver in reversed(receivers):
@@ -124,6 +130,10 @@ def collect(config: CollectConfig, say: Callable[[str], None], report: Callable[
         endpoint_file(store.path).unlink(missing_ok=True)
         readers.close()
         store.close()
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+        os.close(woken)
+        os.close(wake)
 
 
 def _last_snapshot(store: Store, say: Callable[[str], None], report: Callable[[str], None]) -> None:
