@@ -34,6 +34,8 @@ PARENT_SPAN = "parent_span"
 # A child span joins its parent's request only when a serving process recorded the parent: a
 # client's span is shared by every request it made, so it joins nothing.
 SERVING_ROLES = frozenset({"router", "frontend", "proxy", "agg", "ctx", "gen", "prefill", "decode", "worker"})
+# The roles of a tier that takes a client's request: its entry records start a request.
+ENTRY_ROLES = frozenset({"router", "frontend", "agg", "proxy"})
 
 
 _UUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"

@@ -23,7 +23,7 @@ import orjson
 
 from ..ids import (
     REPLY_PREFIXES, UUID_RE,
-    DISAGG_REQUEST_ID, ENGINE_REQUEST_ID, INTERNAL_ID, REPLY_ID, TRACE_ID, X_REQUEST_ID,
+    DISAGG_REQUEST_ID, ENGINE_REQUEST_ID, ENTRY_ROLES, INTERNAL_ID, REPLY_ID, TRACE_ID, X_REQUEST_ID,
 )
 from ..records import Record
 from .parsing import Unparseable, load_object
@@ -34,7 +34,6 @@ MAX_LINE = 64 << 20
 # Spans and log records may carry prompt and reply text: LineParser(path, keep_content=True)
 # stores it when `--keep-content` asks (CONTENT_ATTRIBUTES below).
 CONTENT_FROM_USER = True
-ENTRY_ROLES = {"router", "frontend", "agg", "proxy"}
 
 # TensorRT-LLM's disaggregated server names its one span so, with no attributes.
 _TRTLLM_DISAGG_SPAN = "disaggregated_request"
@@ -398,7 +397,7 @@ class LineParser:
         # The conventions make these text; a resource that gives another type names nothing by it.
         service, role, host, instance = (v if isinstance(v, str) else None for v in map(attrs.get, (
             "service.name", "tracejoin.role", "host.name", "service.instance.id")))
-        role = role or _role_of_service(service)
+        role = role or _role_of_service(service) or _role_of_spans(spans)
         pid = attrs.get("process.pid")
         # host:pid names the process as TensorRT-LLM's perf-metrics files do, so engine ids scoped
         # by either source match; it also says more than the SDK's random service.instance.id.
@@ -540,6 +539,24 @@ def _trtllm_span_attrs(attrs: dict) -> dict:
     if isinstance(reasons, list) and reasons and all(isinstance(r, str) for r in reasons):
         out["finish_reason"] = ",".join(reasons)
     return out
+
+
+def _role_of_spans(spans: list[Span]) -> str | None:
+    """The role a resource's spans show when nothing names one. "frontend": the process took an
+    HTTP request no traced process sent it (a SERVER span with OpenTelemetry's HTTP server
+    attributes and no parent); however its service is named, it is the tier a client called.
+    "worker": it ran requests on an engine (TensorRT-LLM's and vLLM's `llm_request` span, which
+    carries the engine's `gen_ai.request.id` and its latencies, and no HTTP attributes)."""
+    role = None
+    for span in spans:
+        if _SPAN_KINDS.get(span.kind) != "server":
+            continue
+        if "http.request.method" in span.attrs or "http.method" in span.attrs:
+            if span.parent_span_id is None:
+                return "frontend"
+        elif "gen_ai.request.id" in span.attrs:
+            role = "worker"
+    return role
 
 
 def _role_of_service(name: str | None) -> str | None:

@@ -6,14 +6,13 @@ The schema is in docs/tracejoin-log-schema.md.
 from __future__ import annotations
 
 from ..ids import (
-    DISAGG_REQUEST_ID, ENGINE_REQUEST_ID, INTERNAL_ID, REPLY_ID, TRACE_ID, X_REQUEST_ID,
+    DISAGG_REQUEST_ID, ENGINE_REQUEST_ID, ENTRY_ROLES, INTERNAL_ID, REPLY_ID, TRACE_ID, X_REQUEST_ID,
 )
 from ..records import Record
 from .parsing import Unparseable, field, hex_id, iso_to_ns, load_object
 
 NAME = "tracejoin_jsonl"
 SCHEMA = "tracejoin.log.v1"
-ENTRY_ROLES = {"router", "frontend", "agg", "proxy"}
 
 # Fields that become columns or ids; everything else stays in attrs.
 _LIFTED = {

@@ -162,6 +162,56 @@ def test_a_gateway_traced_by_the_plain_sdk_lists_its_route_and_status(tj, tmp_pa
     assert failed["summary"].endswith("exception RuntimeError: upstream unavailable")  # the span's exception event
 
 
+def test_a_gateway_whose_resource_names_no_role_is_the_frontend_of_its_requests(tj, tmp_path):
+    """The plain SDK with nothing but a service name: the process whose root SERVER span carries
+    OpenTelemetry's HTTP attributes took the client's request. Its role is frontend, its spans
+    are the request's entry (status in the heading, child spans joined), and lookup, requests and
+    coverage agree on the replies."""
+    captured = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({"service.name": "gateway"}))
+    provider.add_span_processor(SimpleSpanProcessor(captured))
+    tracer = provider.get_tracer("plain-sdk")
+    for reply, status in (("chatcmpl-gw-ok", 200), ("chatcmpl-gw-503", 503)):
+        with tracer.start_as_current_span("POST /v1/chat/completions", kind=SpanKind.SERVER) as span:
+            span.set_attributes({"http.request.method": "POST", "http.route": "/v1/chat/completions",
+                                 "http.response.status_code": status, "gen_ai.response.id": reply})
+            with tracer.start_as_current_span("chat llama", kind=SpanKind.CLIENT) as call:
+                call.set_attributes({"gen_ai.operation.name": "chat", "gen_ai.request.model": "llama"})
+    provider.shutdown()
+    write_protobuf_json(tmp_path / "gateway.jsonl", list(captured.get_finished_spans()))
+    assert tj("ingest", tmp_path / "gateway.jsonl").code == 0
+
+    [request] = tj("lookup", "chatcmpl-gw-503", "--json").json()["requests"]
+    assert [w["role"] for w in request["workers"]] == ["frontend"]
+    assert sorted(r["summary"].split(" · ")[0] for r in request["records"]) == ["POST /v1/chat/completions",
+                                                                                 "chat llama"]
+    assert "HTTP 503" in tj("lookup", "chatcmpl-gw-503").out.splitlines()[2]
+    listed = {r["reply_id"]: r["http_status"] for r in tj("requests", "--json").json()}
+    assert listed == {"chatcmpl-gw-ok": "200", "chatcmpl-gw-503": "503"}
+    coverage = tj("coverage", "--json").json()
+    assert coverage["replies"] == 2
+
+
+def test_an_engine_span_whose_resource_names_no_role_is_a_worker_not_an_entry(tj, tmp_path):
+    """TensorRT-LLM's and vLLM's `llm_request` spans are SERVER roots when nothing upstream passed
+    a traceparent, under a service name that may say nothing of a role: they are an engine worker's,
+    not an entry tier's, and coverage counts them as the worker lookup shows."""
+    captured = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({"service.name": "trtllm-serve"}))
+    provider.add_span_processor(SimpleSpanProcessor(captured))
+    with provider.get_tracer("trt.llm").start_as_current_span("llm_request", kind=SpanKind.SERVER) as span:
+        span.set_attribute("gen_ai.request.id", 31)
+    provider.shutdown()
+    [record] = otlp_json.LineParser().parse(MessageToJson(encode_spans(captured.get_finished_spans()),
+                                                          indent=None).encode())
+    assert (record.role, record.entry) == ("worker", False)
+    write_protobuf_json(tmp_path / "engine.jsonl", captured.get_finished_spans())
+    assert tj("ingest", tmp_path / "engine.jsonl").code == 0
+    [request] = tj("lookup", "31", "--json").json()["requests"]
+    assert [w["role"] for w in request["workers"]] == ["worker"]
+    assert tj("coverage", "--json").json()["orphans"] == {"requests": 1, "records": 1}  # no reply reaches it
+
+
 def test_a_span_exported_twice_is_shown_once_naming_both_files(tj, tmp_path):
     spans = trtllm_worker_spans("gpu-node-1", 4242, [31])
     write_otlp_json(tmp_path / "first.jsonl", spans)
