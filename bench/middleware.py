@@ -21,7 +21,16 @@ from .common import BIN, REPO, TRACE_JOIN, Config, Row, Server, env_with, free_p
 from .profile import summarize
 
 TARGET_RATIO = 0.85
-OTEL_ASGI = importlib.util.find_spec("opentelemetry.instrumentation.asgi") is not None
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:  # its parent package is not installed either
+        return False
+
+
+OTEL_ASGI = _installed("opentelemetry.instrumentation.asgi")
 CALLS = (500, 1500)  # app calls of the two counted runs
 BODY = b'{"model":"m","messages":[{"role":"user","content":"hi"}]}'
 WRK_SCRIPT = """wrk.method = "POST"
