@@ -43,6 +43,25 @@ def _options(
 
 DbOption = typer.Option(None, "--db", help="DuckDB store (default: $TRACEJOIN_DB, else ./tracejoin.duckdb)")
 JsonOption = typer.Option(False, "--json", help="Print JSON for scripts.")
+
+
+def _zone(value: Optional[str]) -> Optional[str]:
+    """--tz: checked before anything is read, so a zone that names nothing is one usage line."""
+    if value is not None:
+        from tracejoin.collector.local_time import ZoneError, zone_named
+
+        try:
+            zone_named(value)
+        except ZoneError as e:
+            raise typer.BadParameter(f"{value!r} {e}") from None
+    return value
+
+
+TzOption = typer.Option(
+    None, "--tz", metavar="ZONE", callback=_zone,
+    help="The zone of the servers' local times, for logs that write none (TensorRT-LLM, vLLM, SGLang): "
+         "an offset (+02:00) or a zone name (Europe/Berlin). Default: $TRACEJOIN_TZ, else UTC, and "
+         "trace-join says it assumed UTC.")
 KeepContentOption = typer.Option(
     False, "--keep-content",
     help="Store the prompt and reply text OTLP spans and log records carry (GenAI message, tool-call and "
@@ -125,6 +144,7 @@ def ingest(
         None, help="The process these files come from (host:port), for formats that do not name it: "
                    "TensorRT-LLM text logs, legacy /perf_metrics arrays."),
     keep_content: bool = KeepContentOption,
+    tz: Optional[str] = TzOption,
 ):
     """Read log, span, trace and perf files into the store. Reading the same bytes again adds nothing."""
     long_running()
@@ -140,7 +160,7 @@ def ingest(
     try:
         with _open(db, read_only=False) as store:
             with render.byte_progress(files) as progress:
-                ingester = Ingester(store, progress=progress, worker=worker, keep_content=keep_content)
+                ingester = Ingester(store, progress=progress, worker=worker, keep_content=keep_content, tz=tz)
                 result = ingester.ingest_files(files, problems)
     except StoreError as e:
         raise Failure(str(e)) from None
@@ -295,6 +315,7 @@ def collect(
     body_timeout: float = typer.Option(30.0, "--body-timeout", metavar="S", callback=_seconds,
                                        help="Seconds an OTLP/HTTP client has to send a body, from its head."),
     keep_content: bool = KeepContentOption,
+    tz: Optional[str] = TzOption,
 ):
     """Receive OTLP, follow files, poll /perf_metrics, and store it all as it comes, until SIGTERM or
     Ctrl-C. Reads (lookup, requests, coverage) keep working meanwhile (docs/collector.md)."""
@@ -316,7 +337,7 @@ def collect(
         otlp_grpc=None if otlp_grpc == "off" else otlp_grpc,
         otlp_http=None if otlp_http == "off" else otlp_http,
         watch=watch, scrape=scrape, scrape_interval_s=scrape_interval, snapshot_interval_s=snapshot_interval,
-        token=token, max_body=max_body, keep_content=keep_content, intake_budget=intake_budget,
+        token=token, max_body=max_body, keep_content=keep_content, tz=tz, intake_budget=intake_budget,
         http_limits=Limits(max_connections, header_timeout, body_timeout),
     )
     try:

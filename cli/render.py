@@ -88,6 +88,7 @@ def ingest_summary(result, as_json: bool) -> None:
         print_json({
             "sources": by_source, "errors": result.errors, "skipped": result.skipped,
             "quarantine_samples": result.quarantine_samples, "held_back": result.held_back,
+            "clocks": {source: sorted(hows) for source, hows in sorted(result.clocks.items())},
         })
         return
     from rich.table import Table
@@ -103,6 +104,7 @@ def ingest_summary(result, as_json: bool) -> None:
     lines += [f"skipped {path}: not a format trace-join reads" for path in result.skipped]
     lines += [f"held back an unfinished last line at {where}; it is read once the file grows"
               for where in result.held_back]
+    lines += [f"{source}: {how}" for source, hows in sorted(result.clocks.items()) for how in sorted(hows)]
     for line in lines:
         err.print(visible(line), soft_wrap=True)  # one line each, however long the file name
 

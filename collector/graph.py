@@ -81,22 +81,24 @@ class IdGraph:
         self._ids: dict[int, list[tuple[str, str, str | None]]] = {}  # record -> (kind, value, scope as stored)
         self._found: dict[tuple[str, ...], set[int]] = {}  # values -> the records their keys find
         self.warnings: list[str] = []
-        self._origins: dict[int, tuple[str, bool]] = {}
+        self._origins: dict[int, tuple[str, bool, str | None]] = {}
         # A scope (the worker an engine id belongs to) under the process's main name, so an engine
         # id named by a perf file (host:pid) and by the middleware (host:port) is one key.
         self._aliases = dict(self.con.execute("SELECT alias, worker FROM worker_aliases").fetchall())
 
-    def origins(self, origin_ids) -> dict[int, tuple[str, bool]]:
-        """(path or receiver's name, whether it is a file) of these origins, each read once. A
-        receiver's origin has no head: its fingerprint is its name."""
+    def origins(self, origin_ids) -> dict[int, tuple[str, bool, str | None]]:
+        """(path or receiver's name, whether it is a file, how its local times were read) of these
+        origins, each read once. A receiver's origin has no head: its fingerprint is its name."""
         wanted = set(origin_ids) - self._origins.keys()
         if wanted:
-            self._origins.update((origin_id, (path, head_len > 0)) for origin_id, path, head_len in self.con.execute(
-                f"SELECT origin_id, path, head_len FROM origins WHERE origin_id IN ({','.join(map(str, sorted(wanted)))})"
+            self._origins.update((origin_id, (path, head_len > 0, clock))
+                                 for origin_id, path, head_len, clock in self.con.execute(
+                f"SELECT origin_id, path, head_len, clock FROM origins "
+                f"WHERE origin_id IN ({','.join(map(str, sorted(wanted)))})"
             ).fetchall())
         return self._origins
 
-    def _warn(self, message: str) -> None:
+    def warn(self, message: str) -> None:
         if message not in self.warnings:
             self.warnings.append(message)
 
@@ -242,7 +244,7 @@ class IdGraph:
                 if len(covering) > 1:
                     a.ambiguous |= q.record_ids
             if len(covering) > 1:
-                self._warn(
+                self.warn(
                     f"{len(q.record_ids)} record(s) carry only a collided id and cannot be told apart: "
                     f"shown in each of the {len(covering)} requests that share it, marked ambiguous"
                 )
@@ -258,7 +260,7 @@ class IdGraph:
                 started.setdefault((kind, value, scope), set()).add(grouped.request_of[record_id])
         for (kind, value, scope), holders in started.items():
             if any(r in shown for r, k, s in self._rows.get(value, ()) if k == kind and s == scope):
-                self._warn(f"collision: {kind} {value} is carried by {len(holders)} requests that started "
+                self.warn(f"collision: {kind} {value} is carried by {len(holders)} requests that started "
                            f"separately; they are listed apart, not merged")
 
     def _span_of(self, request: Request) -> tuple[int, int]:

@@ -55,6 +55,9 @@ class IngestResult:
     skipped: list[str] = field(default_factory=list)  # files in folders whose format is unknown
     quarantine_samples: list[str] = field(default_factory=list)
     held_back: list[str] = field(default_factory=list)  # unterminated last lines left for later
+    # How the local times of the files read were read (local_time.py), by source: what was assumed
+    # is said, never left to be guessed.
+    clocks: dict[str, set[str]] = field(default_factory=dict)
 
     @property
     def quarantined(self) -> int:
@@ -181,22 +184,26 @@ class Ingester:
     """Reads files into one store; `progress(bytes_done)` is called as bytes are consumed.
     `batch_records`: records per transaction (the collector commits smaller batches, more often;
     by default BATCH_RECORDS, or BULK_BATCH_RECORDS for lines read in bulk).
-    `worker`: the process the files come from, for formats that do not name it.
+    `worker`: the process the files come from, for formats that do not name it; `tz`: the zone of
+    the servers' local times, for formats that write them without one (local_time.py).
     The requests tables are not built here but when a reader needs them (requests.build_requests),
     so ingest stores records at the pace it reads them."""
 
     def __init__(self, store: Store, progress: Callable[[int], None] | None = None,
-                 batch_records: int | None = None, worker: str | None = None, keep_content: bool = False):
+                 batch_records: int | None = None, worker: str | None = None, keep_content: bool = False,
+                 tz: str | None = None):
         self.store = store
         self.progress = progress or (lambda n: None)
         self.batch_records = batch_records or BATCH_RECORDS
         self.worker = worker  # the process the files come from, for formats that name none
         self.keep_content = keep_content  # prompt and reply text, for formats that would store it
+        self.tz = tz  # the zone of local times, for formats whose times have none
         self._batch = BatchBuilder()  # what was read line by line and is not committed yet, of one file or many
         self._bulk = bulk.BulkReader(store, self._reached)  # what was staged to be read in bulk
         self._bulk_lines = batch_records or BULK_BATCH_RECORDS
         self._aliases: dict[str, str] = {}  # other names of workers, learned since the last commit
         self._states: dict[int, dict] = {}  # what parsers learned of their files (state()), by origin
+        self.clocks: dict[str, set[str]] = {}  # how the files read had their local times read, by source
 
     def ingest_paths(self, paths: list[str]) -> IngestResult:
         """Read the files the paths name (expand_paths)."""
@@ -219,6 +226,7 @@ class Ingester:
             self._commit(result)
             self._count_requests(result, first_new)
             self.store.settle_workers()
+        result.clocks = self.clocks
         return result
 
     def ingest_file(self, path: Path, result: IngestResult, *, named: bool = True,
@@ -269,6 +277,8 @@ class Ingester:
         given = {"worker": self.worker} if self.worker and getattr(module, "WORKER_FROM_USER", False) else {}
         if self.keep_content and getattr(module, "CONTENT_FROM_USER", False):
             given["keep_content"] = True
+        if self.tz and getattr(module, "LOCAL_TIMES", False):
+            given["tz"] = self.tz
         parser = module.LineParser(str(path), **given)
         if origin.worker:
             parser.worker, parser.role = origin.worker, origin.role
@@ -354,6 +364,9 @@ class Ingester:
         self.progress(consumed - origin.consumed)
         origin.consumed, origin.lines = consumed, line_no
         origin.worker, origin.role = parser.worker, parser.role
+        origin.clock = getattr(parser, "clock", None)
+        if origin.clock:
+            self.clocks.setdefault(origin.source, set()).add(origin.clock)
         self._aliases.update(getattr(parser, "aliases", {}))
         state = parser.state() if hasattr(parser, "state") else None
         if state is not None:

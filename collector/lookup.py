@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from . import error_lines
+from . import error_lines, local_time
 from .graph import NOT_LOOKED_UP, IdGraph, found, found_sql
 from .ids import (
     CTX_REQUEST_ID, DISAGG_REQUEST_ID, ENGINE_REQUEST_ID, INTERNAL_ID, REPLY_ID, TRACE_ID, X_REQUEST_ID,
@@ -196,6 +196,7 @@ def _request_json(graph: IdGraph, request) -> dict:
     rows = error_lines.whole_texts(graph, rows + error_lines.inferred_rows(graph, rows))
     rows = _one_event_once(rows)
     origins = graph.origins({r["origin_id"] for r in rows} | {o["origin_id"] for r in rows for o in r["also"]})
+    _warn_guessed_times(graph, rows, origins)
     records = []
     workers: dict[str, dict] = {}
     for row in rows:
@@ -321,12 +322,28 @@ def _router_overhead(rows: list[dict]) -> list[dict]:
              "failed": False}]
 
 
-def _origin(origins: dict[int, tuple[str, bool]], row: dict) -> dict:
+def _warn_guessed_times(graph: IdGraph, rows: list[dict], origins: dict) -> None:
+    """A warning for each way of reading local times that assumed what the files did not say."""
+    guessed: dict[str, list[int]] = {}
+    for row in rows:
+        how = origins.get(row["origin_id"], (None, None, None))[2]
+        if how and local_time.guessed(how):
+            guessed.setdefault(how, []).append(row["origin_id"])
+    for how, origin_ids in guessed.items():
+        files = len(set(origin_ids))
+        graph.warn(f"the times of {len(origin_ids)} records ({files} file{'s' * (files > 1)}): {how}")
+
+
+def _origin(origins: dict[int, tuple[str, bool, str | None]], row: dict) -> dict:
     """Where the record was read: the file and the byte its line starts at (in the decompressed
     stream of a .gz), or the receiver and the number of the body it came in; `seq`, the record's
-    place among those of its line or body."""
-    path, is_file = origins.get(row["origin_id"], (None, True))
-    return {"path": path, "kind": "file" if is_file else "received", "offset": row["offset"], "seq": row["seq"]}
+    place among those of its line or body; `local_time`, how the file's local times were read, for
+    a source whose times have no zone (local_time.py)."""
+    path, is_file, clock = origins.get(row["origin_id"], (None, True, None))
+    origin = {"path": path, "kind": "file" if is_file else "received", "offset": row["offset"], "seq": row["seq"]}
+    if clock:
+        origin["local_time"] = clock
+    return origin
 
 
 def _record_rows(graph: IdGraph, record_ids) -> list[dict]:

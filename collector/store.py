@@ -29,7 +29,8 @@ if TYPE_CHECKING:  # read commands never import Arrow
 # 2: ids indexed by sorted runs (id_index.py) instead of an ART index on record_ids.value
 # 3: workers settled per name as the store is written (worker_names), not by record_workers on every read
 # 4: the id index holds (hash of value, record_id); lookups check the value in record_ids
-SCHEMA_VERSION = 4
+# 5: origins keep how their local times were read (`clock`)
+SCHEMA_VERSION = 5
 DEFAULT_DB = "tracejoin.duckdb"
 
 SCHEMA = """
@@ -47,7 +48,8 @@ CREATE TABLE IF NOT EXISTS origins (
     lines       BIGINT NOT NULL,   -- lines read so far, for quarantine positions
     worker      VARCHAR,           -- identity learned for the whole file (one process per file)
     role        VARCHAR,
-    updated     TIMESTAMP
+    updated     TIMESTAMP,
+    clock       VARCHAR            -- how its local times were read (local_time.py), for a source that has them
 );
 
 CREATE TABLE IF NOT EXISTS records (
@@ -267,6 +269,7 @@ class Origin:
     worker: str | None = None
     role: str | None = None
     updated: float = 0.0  # seconds since the epoch when its position last moved
+    clock: str | None = None  # how its local times were read (local_time.py)
 
 
 
@@ -297,7 +300,7 @@ class Store:
             has_meta = False
         if has_meta:
             version = int(row[0]) if row else None
-            if version not in (1, 2, 3, SCHEMA_VERSION):
+            if version not in (1, 2, 3, 4, SCHEMA_VERSION):
                 raise StoreError(
                     f"{self.path} has schema version {version}, this trace-join uses {SCHEMA_VERSION}: "
                     f"ingest into a new database (--db NEW.duckdb) or use the trace-join release that wrote it"
@@ -325,8 +328,11 @@ class Store:
             id_index.create(self.con)
             if version in (1, 2):
                 self._upgrade_from_2()
+            if version in (1, 2, 3, 4):
+                self.con.execute("ALTER TABLE origins ADD COLUMN IF NOT EXISTS clock VARCHAR")
             if version in (1, 2, 3) or not id_index.keys_current(self.con):
                 id_index.rebuild(self.con)
+            if version != SCHEMA_VERSION:
                 self.con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [str(SCHEMA_VERSION)])
             return
         tables = self.con.execute("SELECT count(*) FROM information_schema.tables").fetchone()[0]
@@ -365,7 +371,7 @@ class Store:
             self._origins = {}
             rows = self.con.execute(
                 "SELECT origin_id, path, source, head_len, fingerprint, consumed, lines, worker, role, "
-                "epoch(updated) FROM origins").fetchall()
+                "epoch(updated), clock FROM origins").fetchall()
             for row in rows:
                 self._origins.setdefault((row[3], row[4]), []).append(Origin(*row))
             self._next_origin_id = max((row[0] for row in rows), default=0) + 1
@@ -485,8 +491,8 @@ class Store:
                 _insert(con, "quarantine", quarantined)
                 for sql, parameters in also:
                     con.execute(sql, parameters)
-                _insert(con, "origins", origins, sql="INSERT OR REPLACE INTO origins SELECT * EXCLUDE (updated_us), "
-                                                     "make_timestamp(updated_us) FROM batch_origins")
+                _insert(con, "origins", origins, sql="INSERT OR REPLACE INTO origins BY NAME SELECT * EXCLUDE "
+                                                     "(updated_us), make_timestamp(updated_us) AS updated FROM batch_origins")
         except BaseException:
             self._next_record_id = None  # the ids it took were not stored
             self._origins = None  # nor the positions its origins were moved to
@@ -554,6 +560,7 @@ def _origins_table(origins) -> pa.Table:
         "lines": pa.array([o.lines for o in origins], pa.int64()),
         "worker": pa.array([o.worker for o in origins], pa.string()),
         "role": pa.array([o.role for o in origins], pa.string()),
+        "clock": pa.array([o.clock for o in origins], pa.string()),
         "updated_us": pa.array([int(now * 1e6)] * len(origins), pa.int64()),
     })
 

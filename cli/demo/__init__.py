@@ -55,8 +55,11 @@ def run_demo(store: Store, folder: str) -> None:
     if not replies:
         raise DeploymentError(f"no Responses request went through; the processes' logs are in {out / 'logs'}")
 
-    print(f"\n$ trace-join ingest {shlex.quote(str(out))}\n")
-    render.ingest_summary(Ingester(store).ingest_paths([str(out)]), as_json=False)
+    # The stand-ins stamp their text logs in this machine's local time, as TensorRT-LLM does: its zone
+    # is known here, so the demo names it, as a user names their servers' zone.
+    zone = datetime.now().astimezone().strftime("%z")
+    print(f"\n$ trace-join ingest --tz {zone} {shlex.quote(str(out))}\n")
+    render.ingest_summary(Ingester(store, tz=zone).ingest_paths([str(out)]), as_json=False)
     reply = replies[0]  # the retried request's, when it went through: it was sent first
     print(f"\n$ trace-join lookup {reply}\n")
     found = lookup(store, reply)

@@ -53,6 +53,7 @@ class CollectConfig:
     intake_budget: int = INTAKE_BUDGET  # bytes both receivers' bodies may hold at once (otlp.IntakeBudget)
     http_limits: Limits = Limits()  # of the OTLP/HTTP receiver's connections
     keep_content: bool = False  # store prompt and reply text as sent (sources/otlp_json.py)
+    tz: str | None = None  # the zone of watched files' local times (local_time.py)
 
 
 class CollectError(Exception):
@@ -102,7 +103,7 @@ def collect(config: CollectConfig, say: Callable[[str], None], report: Callable[
             receivers.append(http_server)
             say(f"otlp-http  http://{http_server.address}  (/v1/traces, /v1/logs)")
         if config.watch:
-            tailer = Tailer(writer, config.watch, report, keep_content=config.keep_content)
+            tailer = Tailer(writer, config.watch, report, keep_content=config.keep_content, tz=config.tz)
             threads.append(_thread("tailer", tailer.run, stop))
             for path in config.watch:
                 say(f"watch      {path}")

@@ -33,12 +33,13 @@ BATCH_RECORDS = 5_000
 
 
 class Tailer:
-    def __init__(self, writer: Writer, paths: list[str], report: Callable[[str], None], keep_content: bool = False):
+    def __init__(self, writer: Writer, paths: list[str], report: Callable[[str], None], keep_content: bool = False,
+                 tz: str | None = None):
         self.writer = writer
         self.paths = paths
         self.report = report
         # used on the writer thread only
-        self._ingester = Ingester(writer.store, batch_records=BATCH_RECORDS, keep_content=keep_content)
+        self._ingester = Ingester(writer.store, batch_records=BATCH_RECORDS, keep_content=keep_content, tz=tz)
         self._seen: dict[Path, tuple[int, int, int]] = {}  # (inode, size, mtime) when last read to its end
         self._reported: set[str] = set()
 

@@ -11,6 +11,9 @@ A module provides:
     CONTENT_FROM_USER: bool (optional)           the format may carry prompt and reply text, which
                                                  LineParser(path, keep_content=True) stores when
                                                  `--keep-content` asks
+    LOCAL_TIMES: bool (optional)                 its times are local, without a zone (and maybe a
+                                                 year): LineParser(path, tz=...) takes `--tz`, and
+                                                 .clock says how it read them (local_time.py)
     LineParser(path: str)                        one per file: .parse(line) -> list[Record],
                                                  raising Unparseable(reason) for a bad line;
                                                  .worker / .role: identity learned for the file;

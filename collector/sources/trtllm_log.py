@@ -15,10 +15,8 @@ time of the line before it. A line with neither a time nor a level (a traceback'
 a message that spans lines) is marked `continues`: it goes on the text of the line before it, and
 lookup shows such lines with the line they continue, as one record (collector/error_lines.py).
 
-Times are local time to the second, with no zone. They are read as UTC unless the environment
-variable TRACEJOIN_TRTLLM_TZ names the servers' zone: an offset (`+02:00`, `-0530`) or a zone name
-(`Europe/Berlin`, which follows daylight saving). A value that is neither makes every timed line
-unreadable, with the reason, rather than placing lines at the wrong time.
+Times are local time to the second, with no zone: read by collector/local_time.py's rule (`--tz`,
+TRACEJOIN_TZ, then this source's own TRACEJOIN_TRTLLM_TZ, else UTC, said to be assumed).
 
 Lines that carry request ids:
 - `<client> is disconnected, abort <engine id>` and `Post-processor hook failed for request
@@ -36,12 +34,10 @@ by the file's own name (parsing.worker_from_path).
 
 from __future__ import annotations
 
-import os
 import re
-from datetime import datetime, timedelta, timezone, tzinfo
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from . import bulk_sql
+from .. import local_time
 from ..ids import CTX_REQUEST_ID, DISAGG_REQUEST_ID, ENGINE_REQUEST_ID
 from ..records import Record
 from .parsing import Unparseable, worker_from_path
@@ -49,6 +45,8 @@ from .parsing import Unparseable, worker_from_path
 NAME = "trtllm_log"
 # Nothing in the file names its process: the user can (`trace-join ingest --worker`).
 WORKER_FROM_USER = True
+# Its times are local, without a zone: LineParser(path, tz=...) takes `--tz`.
+LOCAL_TIMES = True
 TZ_VARIABLE = "TRACEJOIN_TRTLLM_TZ"
 
 # Digits and spaces are ASCII ones (re.ASCII): what launchers and loggers write, and what DuckDB's
@@ -85,12 +83,17 @@ def _strip_decorations(text: str) -> str:
 
 
 class LineParser:
-    def __init__(self, path: str, worker: str | None = None):
+    def __init__(self, path: str, worker: str | None = None, tz: str | None = None):
         self.worker = worker or worker_from_path(path)
         self.role: str | None = None
-        self._zone, self._zone_error = _zone_from_environment()
+        self._times = local_time.LocalTimes(local_time.clock(tz, TZ_VARIABLE))
         self._last_time_ns: int | None = None
-        self._stamp_cache: tuple[str, int] | None = None  # lines come many to a second
+        self._stamp_cache: tuple[str, int, list[str]] | None = None  # lines come many to a second
+
+    @property
+    def clock(self) -> str:
+        """How the file's times were read (local_time.py), kept with its origin."""
+        return self._times.how
 
     @property
     def scope(self) -> str:
@@ -116,9 +119,8 @@ class LineParser:
     def bulk_settings(self) -> dict[str, str] | None:
         """The zone's offset for BULK's select; None for a zone that follows daylight saving (or
         cannot be read), whose lines are read one by one."""
-        if self._zone_error or not isinstance(self._zone, timezone):
-            return None
-        return {"offset_s": str(int(self._zone.utcoffset(None).total_seconds()))}
+        offset_s = self._times.clock.fixed_offset_s
+        return None if offset_s is None or self._times.clock.error else {"offset_s": str(offset_s)}
 
     def parse(self, line: bytes) -> list[Record]:
         try:
@@ -133,7 +135,7 @@ class LineParser:
         m = _STAMP.match(text)
         stamped = m is not None
         if m:
-            record.time_ns = self._stamp_ns(m)
+            record.time_ns = self._stamp_ns(m, attrs)
             text = text[m.end():]
         m = _PYTHON_TAG.match(text) or _CPP_TAG.match(text)
         if m:
@@ -160,19 +162,21 @@ class LineParser:
             self._last_time_ns = record.time_ns
         return [record]
 
-    def _stamp_ns(self, m: re.Match) -> int:
-        if self._zone_error:
-            raise Unparseable(self._zone_error)
+    def _stamp_ns(self, m: re.Match, attrs: dict) -> int:
         stamp = m.group(0)
-        if self._stamp_cache and self._stamp_cache[0] == stamp:
-            return self._stamp_cache[1]
-        month, day, year, hour, minute, second = (int(g) for g in m.groups())
-        try:
-            local = datetime(year, month, day, hour, minute, second, tzinfo=self._zone)
-        except ValueError as e:
-            raise Unparseable(f"unreadable time {stamp.strip()!r}: {e}") from None
-        ns = int(local.timestamp()) * 1_000_000_000
-        self._stamp_cache = (stamp, ns)
+        if self._stamp_cache is None or self._stamp_cache[0] != stamp:
+            month, day, year, hour, minute, second = (int(g) for g in m.groups())
+            notes: list[str] = []
+            try:
+                ns = self._times.ns(year, month, day, hour, minute, second, notes)
+            except local_time.ZoneError as e:
+                raise Unparseable(str(e)) from None
+            except ValueError as e:
+                raise Unparseable(f"unreadable time {stamp.strip()!r}: {e}") from None
+            self._stamp_cache = (stamp, ns, notes)
+        _, ns, notes = self._stamp_cache
+        if notes:
+            attrs["time_note"] = notes[0]
         return ns
 
     def _ids(self, record: Record, text: str, attrs: dict) -> None:
@@ -190,21 +194,6 @@ class LineParser:
         m = _NO_DISAGG_PARAMS.search(text)
         if m:
             record.add_id(DISAGG_REQUEST_ID, m.group(1))
-
-
-def _zone_from_environment() -> tuple[tzinfo | None, str | None]:
-    """(zone, None), or (None, reason) when TRACEJOIN_TRTLLM_TZ cannot be read."""
-    value = os.environ.get(TZ_VARIABLE, "").strip()
-    if value in ("", "Z", "UTC"):
-        return timezone.utc, None
-    m = re.fullmatch(r"([+-])(\d\d):?(\d\d)?", value)
-    if m:
-        offset = timedelta(hours=int(m.group(2)), minutes=int(m.group(3) or 0))
-        return timezone(-offset if m.group(1) == "-" else offset), None
-    try:
-        return ZoneInfo(value), None
-    except (ZoneInfoNotFoundError, ValueError, OSError):
-        return None, f"{TZ_VARIABLE}={value!r} is neither an offset like +02:00 nor a zone name like Europe/Berlin"
 
 
 # -- the same lines in bulk (collector/bulk.py) ----------------------------------------------------
