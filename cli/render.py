@@ -15,6 +15,8 @@ from pathlib import Path
 
 import orjson
 
+from tracejoin.collector.error_lines import TEXT_LOGS
+
 PROGRESS_MIN_BYTES = 32 << 20  # below this a bar only flickers
 
 
@@ -246,8 +248,7 @@ def lookup_text(result: dict, full: bool = False) -> None:
                 values = [f"{e['id']} on {e['worker']}" for e in values]
             if values:
                 console.print(visible(f"  {kind:<18} {', '.join(values)}"))
-        times = [seconds(r["time"]) for r in request["records"] if r["time"]]
-        start = min(times) if times else None
+        start = timeline_start(request["records"])
         workers = []
         for w in request["workers"]:
             own = [seconds(r["time"]) for r in request["records"] if r["worker"] == w["worker"] and r["time"]]
@@ -268,6 +269,16 @@ def lookup_text(result: dict, full: bool = False) -> None:
         if full:
             for r in request["records"]:
                 _full_record(console, r, start)
+
+
+def timeline_start(records: list[dict]) -> float | None:
+    """Where a request's timeline starts (its +0.0): its first record timed finer than a text log's
+    second, else its first record. A line of a log stamped to the second (TensorRT-LLM's, vLLM's)
+    is placed at the start of its second, before the request may have begun: it is shown before the
+    start, not taken for it."""
+    times = [seconds(r["time"]) for r in records if r["time"]]
+    precise = [seconds(r["time"]) for r in records if r["time"] and r["source"] not in TEXT_LOGS]
+    return min(precise or times) if times else None
 
 
 def request_heading(request: dict, i: int, matched: int) -> tuple[str, bool]:

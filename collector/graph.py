@@ -256,7 +256,7 @@ class IdGraph:
         shown = set().union(*(q.record_ids for q in requests)) if requests else set()
         started: dict[tuple, set[int]] = {}
         for record_id, kind, value, scope, _ in grouped.collided:
-            if self.nodes[record_id].entry and self.nodes[record_id].trace_id:
+            if self.nodes[record_id].entry:
                 started.setdefault((kind, value, scope), set()).add(grouped.request_of[record_id])
         for (kind, value, scope), holders in started.items():
             if any(r in shown for r, k, s in self._rows.get(value, ()) if k == kind and s == scope):

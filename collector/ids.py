@@ -2,8 +2,11 @@
 
 - `chatcmpl-<uuid>` / `cmpl-<uuid>` (Dynamo's reply ids) name the internal id `<uuid>`;
 - `resp_<disagg_request_id>_<16 hex>` names the disaggregated request;
-- a vLLM engine id is its caller's id plus `-<8 hex>`: `<uuid>-<8 hex>` under Dynamo names the
-  internal id, `chatcmpl-<base>-<8 hex>` the reply id.
+- a vLLM engine id is its external id plus `-<8 hex>` (and `<n>_` before it for the n-th of several
+  samples); the external id names the reply (vllm_external_ids): `chatcmpl-<base>` is the reply id,
+  `cmpl-<base>-<i>` and `embd-<base>-<i>` (the i-th prompt) and `resp_<id>_<turn>` (a Responses
+  tool-loop turn) are the internal ids of the replies `cmpl-<base>`, `embd-<base>`, `resp_<id>`;
+  under Dynamo the external id is Dynamo's internal id (`<uuid>`, `<uuid>-<i>` for embeddings).
 
 Derived ids are added next to the id they come from when a record is read, and to the query when
 someone looks an id up, so a reply id that no log ever printed still finds its request. The id
@@ -41,8 +44,11 @@ ENTRY_ROLES = frozenset({"router", "frontend", "agg", "proxy"})
 _UUID = r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"
 _DYNAMO_REPLY = re.compile(rf"^(?:chatcmpl|cmpl)-({_UUID})$")
 _DISAGG_RESPONSES_REPLY = re.compile(r"^resp_(\d+)_[0-9a-f]{16}$")
-_VLLM_ENGINE_UNDER_DYNAMO = re.compile(rf"^({_UUID})-[0-9a-f]{{8}}$")
-_VLLM_ENGINE = re.compile(r"^((?:chatcmpl|cmpl)-[0-9A-Za-z_-]+?)(?:-\d+)?-[0-9a-f]{8}$")
+# vLLM: an engine id is `[<n>_]<external id>-<8 hex>`; what an external id is by its prefix.
+_VLLM_ENGINE = re.compile(r"^(?:\d+_)?(.+)-[0-9a-f]{8}$")
+_VLLM_INDEXED = re.compile(r"^((?:cmpl|embd)-.+)-\d+$")
+_VLLM_RESPONSES_TURN = re.compile(r"^(resp_.+)_\d+$")
+_UUID_INDEXED = re.compile(rf"^({_UUID})(?:-\d+)?$")
 UUID_RE = re.compile(rf"^{_UUID}$")
 REPLY_PREFIXES = ("chatcmpl-", "cmpl-", "resp_", "msg_", "embd-")
 
@@ -57,12 +63,23 @@ def derived(kind: str, value: str) -> list[tuple[str, str]]:
         if m:
             return [(DISAGG_REQUEST_ID, m.group(1))]
     elif kind == ENGINE_REQUEST_ID:
-        m = _VLLM_ENGINE_UNDER_DYNAMO.match(value)
-        if m:
-            return [(INTERNAL_ID, m.group(1).lower())]
         m = _VLLM_ENGINE.match(value)
         if m:
-            return [(REPLY_ID, m.group(1))]
+            return vllm_external_ids(m.group(1))
+    return []
+
+
+def vllm_external_ids(external: str) -> list[tuple[str, str]]:
+    """The ids a vLLM external request id (its log's `Received request <id>`, its span's
+    `gen_ai.request.id`, an engine id less its suffix) names; none for another shape."""
+    if external.startswith("chatcmpl-"):
+        return [(REPLY_ID, external)]
+    m = _VLLM_INDEXED.match(external) or _VLLM_RESPONSES_TURN.match(external)
+    if m:
+        return [(INTERNAL_ID, external), (REPLY_ID, m.group(1))]
+    m = _UUID_INDEXED.match(external)
+    if m:
+        return [(INTERNAL_ID, m.group(1).lower())]
     return []
 
 

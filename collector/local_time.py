@@ -96,9 +96,10 @@ _YEAR_OF_MODIFICATION = "from the file's modification time"
 
 
 def guessed(how: str) -> bool:
-    """Whether a file's times, read as `how` says, rest on an assumption: a zone nobody named, or a
-    year taken from when the file was last modified."""
-    return how.startswith(_ASSUMED_UTC) or _YEAR_OF_MODIFICATION in how
+    """Whether a file's times, read as `how` says, rest on a zone nobody named. (A year taken from
+    the file's modification time is said in `how`, not warned of: it is wrong only for a file
+    copied without its times.)"""
+    return how.startswith(_ASSUMED_UTC)
 
 
 @dataclass
@@ -127,6 +128,13 @@ class LocalTimes:
         if self.year_from is None:
             return self.clock.how
         return f"{self.clock.how}; the year {self.year_from}"
+
+    def state(self) -> dict:
+        """What reading on in the file needs: the year and month of the last time read."""
+        return {"year": self._year, "month": self._month, "year_from": self.year_from}
+
+    def restore(self, state: dict) -> None:
+        self._year, self._month, self.year_from = state.get("year"), state.get("month", 0), state.get("year_from")
 
     def ns(self, year: int | None, month: int, day: int, hour: int, minute: int, second: int,
            notes: list[str] | None = None) -> int:

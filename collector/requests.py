@@ -79,8 +79,16 @@ WITH traces AS (
     SELECT DISTINCT hash(i.kind, i.value, i.scope) AS key, {_hashed('r.trace_id')} AS trace
     FROM build_ids i JOIN build_records r USING (record_id)
     WHERE r.entry AND r.trace_id IS NOT NULL AND {_KEY_FILTER}
+), untraced AS (
+    -- An entry tier writes one entry record a request: untraced entry records of one worker that
+    -- carry one key are as many requests (two clients that send vLLM one X-Request-Id get one reply
+    -- id, and vLLM's log line of each names no trace).
+    SELECT DISTINCT hash(i.kind, i.value, i.scope) AS key, {_hashed('r.worker')} AS worker, r.record_id
+    FROM build_ids i JOIN build_records r USING (record_id)
+    WHERE r.entry AND r.trace_id IS NULL AND r.worker IS NOT NULL AND {_KEY_FILTER}
 )
 SELECT key FROM traces GROUP BY key HAVING count(trace) > 1
+UNION SELECT key FROM untraced GROUP BY key, worker HAVING count(record_id) > 1
 UNION SELECT key FROM crowded;
 
 CREATE OR REPLACE TEMP TABLE edges AS

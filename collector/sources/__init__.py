@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from . import (
     dynamo_jsonl, dynamo_request_trace, otlp_json, perf_metrics_jsonl, perf_metrics_legacy, tracejoin_jsonl,
-    trtllm_hook, trtllm_log,
+    trtllm_hook, trtllm_log, trtllm_time_events, vllm_log,
 )
 from .parsing import Unparseable
 
@@ -52,8 +52,9 @@ __all__ = ["SOURCES", "BY_NAME", "detect", "Unparseable"]
 # Dynamo capture of a TensorRT-LLM worker also holds TensorRT-LLM text lines: the TensorRT-LLM log
 # sniffer, which needs only one such line, comes after Dynamo's.
 SOURCES = [
-    tracejoin_jsonl, otlp_json, dynamo_request_trace, trtllm_hook, perf_metrics_jsonl, perf_metrics_legacy,
-    dynamo_jsonl, trtllm_log,
+    tracejoin_jsonl, otlp_json, dynamo_request_trace, trtllm_hook, trtllm_time_events, perf_metrics_jsonl,
+    perf_metrics_legacy,
+    dynamo_jsonl, vllm_log, trtllm_log,
 ]
 BY_NAME = {m.NAME: m for m in SOURCES}
 

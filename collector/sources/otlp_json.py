@@ -22,7 +22,7 @@ from typing import Callable
 import orjson
 
 from ..ids import (
-    REPLY_PREFIXES, UUID_RE,
+    REPLY_PREFIXES, UUID_RE, vllm_external_ids,
     DISAGG_REQUEST_ID, ENGINE_REQUEST_ID, ENTRY_ROLES, INTERNAL_ID, REPLY_ID, TRACE_ID, X_REQUEST_ID,
 )
 from ..records import Record
@@ -402,6 +402,10 @@ class LineParser:
         # host:pid names the process as TensorRT-LLM's perf-metrics files do, so engine ids scoped
         # by either source match; it also says more than the SDK's random service.instance.id.
         worker = f"{host}:{pid}" if host and pid and isinstance(pid, (int, str)) else instance
+        vllm_pid = attrs.get("vllm.process_id")
+        if worker is None and isinstance(vllm_pid, (int, str)):
+            # vLLM's resource names no host: its process is its service and pid.
+            worker = f"{service or 'vllm'}:{vllm_pid}"
         if worker is None:
             # A Dynamo worker names its discovery instance on its handle_payload spans.
             for span in spans:
@@ -510,11 +514,12 @@ class LineParser:
             value = attrs.get(key)
             if value is None:
                 continue
-            # gen_ai.request.id is TensorRT-LLM's integer engine id, or vLLM's external id (the
-            # reply id when serving alone, the internal UUID under Dynamo).
+            # gen_ai.request.id is TensorRT-LLM's integer engine id, or vLLM's external id (naming
+            # the reply when serving alone, the internal UUID under Dynamo).
             text = str(value)
             if text.startswith(REPLY_PREFIXES):
-                record.add_id(REPLY_ID, text)
+                for kind, id_value in vllm_external_ids(text) or [(REPLY_ID, text)]:
+                    record.add_id(kind, id_value)
             elif UUID_RE.match(text):
                 record.add_id(INTERNAL_ID, text.lower())
             else:

@@ -3,6 +3,7 @@ server. There is no JSON option; lines come in these shapes:
 
     [07/09/2025-23:07:49] [TRT-LLM] [I] message                 tensorrt_llm/logger.py
     [07/09/2025-23:07:49] [TRT-LLM] [RANK 3] [W] message        several ranks (older: [MPI_Rank 3])
+    [07/09/2025-23:07:49] [TRT-LLM] [W] [module] [RANK 3] message   newer releases: a module's tag, the rank after
     [07/09/2025-23:07:49] message                               stdlib loggers (the hook) through
                                                                 the same root handler
     [TensorRT-LLM][INFO] message                                the C++ runtime, no time
@@ -54,7 +55,9 @@ TZ_VARIABLE = "TRACEJOIN_TRTLLM_TZ"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _LAUNCHER_LABEL = re.compile(r"^(?:\s*\d+: |\[\d+,\d+\]<std(?:out|err)>:)", re.ASCII)
 _STAMP = re.compile(r"^\[(\d\d)/(\d\d)/(\d{4})-(\d\d):(\d\d):(\d\d)\] ?", re.ASCII)
-_PYTHON_TAG = re.compile(r"^\[TRT-LLM\] ?(?:\[(?:RANK|MPI_Rank) (\d+)\] ?)?(?:\[([FEWIV])\] ?)?", re.ASCII)
+# The rank before the severity (older releases), or a module's tag and the rank after it (newer).
+_PYTHON_TAG = re.compile(r"^\[TRT-LLM\] ?(?:\[(?:RANK|MPI_Rank) (\d+)\] ?)?"
+                         r"(?:\[([FEWIV])\] ?(?:\[([A-Za-z_][\w.-]*)\] ?)?(?:\[(?:RANK|MPI_Rank) (\d+)\] ?)?)?", re.ASCII)
 _CPP_TAG = re.compile(r"^\[TensorRT-LLM\](?:\[([A-Z]+)\])? ?(?:\[(?:RANK|MPI_Rank) (\d+)\] ?)?", re.ASCII)
 _STDLIB_LEVEL = re.compile(r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL):\s*", re.ASCII)
 _SEVERITY = {"F": "CRITICAL", "E": "ERROR", "W": "WARNING", "I": "INFO", "V": "DEBUG"}
@@ -140,11 +143,13 @@ class LineParser:
         m = _PYTHON_TAG.match(text) or _CPP_TAG.match(text)
         if m:
             python = m.re is _PYTHON_TAG
-            rank, level = (m.group(1), m.group(2)) if python else (m.group(2), m.group(1))
+            rank, level = (m.group(1) or m.group(4), m.group(2)) if python else (m.group(2), m.group(1))
             record.level = _SEVERITY.get(level, level) if python else level
             if rank is not None:
                 attrs["rank"] = int(rank)
             attrs["logger"] = "TRT-LLM" if python else "TensorRT-LLM"
+            if python and m.group(3):
+                attrs["module"] = m.group(3)
             text = text[m.end():]
         else:
             m = _STDLIB_LEVEL.match(text)
@@ -226,7 +231,7 @@ WITH stripped AS (
 ), tagged AS (
     SELECT *,
         regexp_extract(_when(starts_with(after_stamp, '[TRT-LLM]'), after_stamp),
-                       '({bulk_sql.re2(_PYTHON_TAG)})', ['tag', 'rank', 'letter']) AS py,
+                       '({bulk_sql.re2(_PYTHON_TAG)})', ['tag', 'rank', 'letter', 'module', 'rank_after']) AS py,
         regexp_extract(_when(starts_with(after_stamp, '[TensorRT-LLM]'), after_stamp),
                        '({bulk_sql.re2(_CPP_TAG)})', ['tag', 'level', 'rank']) AS cpp,
         regexp_extract(_when(contains(left(after_stamp, 9), ':'), after_stamp),
@@ -237,8 +242,10 @@ WITH stripped AS (
         CASE WHEN py.tag <> '' THEN CASE py.letter {_SEVERITY_SQL} END
              WHEN cpp.tag <> '' THEN nullif(cpp.level, '')
              WHEN std.tag <> '' THEN std.level END AS level,
-        CASE WHEN py.tag <> '' THEN nullif(py.rank, '') WHEN cpp.tag <> '' THEN nullif(cpp.rank, '') END AS rank,
+        CASE WHEN py.tag <> '' THEN coalesce(nullif(py.rank, ''), nullif(py.rank_after, ''))
+             WHEN cpp.tag <> '' THEN nullif(cpp.rank, '') END AS rank,
         CASE WHEN py.tag <> '' THEN 'TRT-LLM' WHEN cpp.tag <> '' THEN 'TensorRT-LLM' END AS logger,
+        CASE WHEN py.tag <> '' THEN nullif(py.module, '') END AS module,
         substr(after_stamp, length(CASE WHEN py.tag <> '' THEN py.tag WHEN cpp.tag <> '' THEN cpp.tag ELSE std.tag END) + 1)
             AS message
     FROM tagged
@@ -273,7 +280,7 @@ SELECT f, idx, start,
     left(message, 2000) AS name, NULL::BIGINT AS duration_ns, NULL::VARCHAR AS status, false AS entry,
     NULL::VARCHAR AS trace_id, NULL::VARCHAR AS span_id, NULL::VARCHAR AS parent_span_id,
     nullif(json_merge_patch('{{}}', json_object(
-        'rank', TRY_CAST(rank AS BIGINT), 'logger', logger,
+        'rank', TRY_CAST(rank AS BIGINT), 'logger', logger, 'module', module,
         'continues', CASE WHEN stamp = '' AND level IS NULL THEN true END,
         'ctx_server', CASE WHEN to_ctx THEN sending.server END,
         'gen_server', CASE WHEN sending.all <> '' AND NOT to_ctx THEN sending.server END))::VARCHAR, '{{}}') AS attrs,

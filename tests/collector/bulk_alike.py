@@ -19,7 +19,7 @@ TABLES = {
     "record_ids": "SELECT * FROM record_ids ORDER BY ALL",
     "id_index": "SELECT * FROM id_index ORDER BY ALL",
     "quarantine": "SELECT * FROM quarantine ORDER BY ALL",
-    "origins": "SELECT * EXCLUDE (updated) FROM origins ORDER BY ALL",
+    "origins": "SELECT * EXCLUDE (updated, clock), clock FROM origins ORDER BY ALL",
     "worker_aliases": "SELECT * FROM worker_aliases ORDER BY ALL",
     "worker_names": "SELECT * FROM worker_names ORDER BY ALL",
 }

@@ -194,3 +194,17 @@ def test_the_user_names_the_process_of_a_log_whose_folder_does_not(tj, tmp_path)
     [aborted] = tj("lookup", "1", "--json").json()["requests"]
     assert {r["source"] for r in aborted["records"]} == {"perf_metrics_jsonl", "trtllm_log"}
     assert {w["worker"] for w in aborted["workers"]} == {"gpu-node-1:4242"}
+
+
+@pytest.mark.parametrize("line, level, rank, module, message", [
+    ("[07/09/2025-23:07:55] [TRT-LLM] [RANK 3] [E] boom", "ERROR", 3, None, "boom"),
+    ("[07/09/2025-23:07:55] [TRT-LLM] [E] [executor] [RANK 3] boom", "ERROR", 3, "executor", "boom"),
+    ("[07/09/2025-23:07:55] [TRT-LLM] [W] [serve.openai_server] slow", "WARNING", None, "serve.openai_server", "slow"),
+    ("[07/09/2025-23:07:55] [TRT-LLM] [I] [RANK 4] ready", "INFO", 4, None, "ready"),
+])
+def test_the_rank_before_or_after_the_severity_and_a_modules_tag(line, level, rank, module, message):
+    """Older releases write `[TRT-LLM] [RANK n] [E]`, the newest `tensorrt_llm/logger.py` a module's
+    tag after the severity and the rank after that: `[TRT-LLM] [E] [module] [RANK n]`."""
+    [record] = trtllm_log.LineParser("/l/x.log").parse(line.encode())
+    assert (record.level, record.attrs.get("rank"), record.attrs.get("module"), record.name) == (
+        level, rank, module, message)

@@ -1,0 +1,204 @@
+"""vLLM 0.33's logs and spans: its ids (16-hex bases, engine ids with an 8-hex suffix, completions'
+per-prompt and Responses' per-turn external ids), its text and JSON log formats, and a prefill and
+a decode server joined by the decode side's remote_request_id.
+
+vLLM cannot run here (no GPU, and its wheel pulls CUDA): its lines are written as its formatter
+writes them (`vllm/logger.py`, `vllm/logging_utils/formatter.py`, `request_logger.py`,
+`async_llm.py`), its spans with the real OpenTelemetry SDK as `vllm/tracing/otel.py` makes them."""
+
+from __future__ import annotations
+
+import os
+from datetime import datetime, timezone
+
+import pytest
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanKind
+
+from tracejoin.collector import local_time
+from tracejoin.collector.ids import ENGINE_REQUEST_ID, INTERNAL_ID, REPLY_ID, derived
+from tracejoin.collector.sources import vllm_log
+from tracejoin.collector.sources import detect
+
+from tests.collector.test_otlp_json import write_protobuf_json
+
+
+def line(message: str, *, process: str = "APIServer", pid: int = 4182, level: str = "INFO",
+         at: str = "08-20 10:15:02", where: str = "async_llm.py:587") -> str:
+    return f"({process} pid={pid}) {level} {at} [{where}] {message}"
+
+
+def write_log(path, lines: list[str], modified=datetime(2026, 8, 21, tzinfo=timezone.utc)) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines) + "\n")
+    ns = int(modified.timestamp()) * 10**9
+    os.utime(path, ns=(ns, ns))
+
+
+@pytest.fixture(autouse=True)
+def no_zone(monkeypatch):
+    monkeypatch.delenv(local_time.VARIABLE, raising=False)
+
+
+@pytest.mark.parametrize("engine_id, names", [
+    ("chatcmpl-952be734a436bcaf-bf02a813", [(REPLY_ID, "chatcmpl-952be734a436bcaf")]),
+    ("chatcmpl-job-42-bf02a813", [(REPLY_ID, "chatcmpl-job-42")]),  # an X-Request-Id ending in digits
+    ("1_chatcmpl-952be734a436bcaf-bf02a813", [(REPLY_ID, "chatcmpl-952be734a436bcaf")]),  # the 2nd of n samples
+    ("cmpl-77ab01c2d3e4f5a6-0-c0ffee12", [(INTERNAL_ID, "cmpl-77ab01c2d3e4f5a6-0"), (REPLY_ID, "cmpl-77ab01c2d3e4f5a6")]),
+    ("embd-77ab01c2d3e4f5a6-3-c0ffee12", [(INTERNAL_ID, "embd-77ab01c2d3e4f5a6-3"), (REPLY_ID, "embd-77ab01c2d3e4f5a6")]),
+    ("resp_0123456789abcdef_0-c0ffee12", [(INTERNAL_ID, "resp_0123456789abcdef_0"), (REPLY_ID, "resp_0123456789abcdef")]),
+    ("6f1c2a8e-3d4b-4c59-9b1e-0a7d2f5e8c11-bf02a813", [(INTERNAL_ID, "6f1c2a8e-3d4b-4c59-9b1e-0a7d2f5e8c11")]),  # Dynamo
+    ("6f1c2a8e-3d4b-4c59-9b1e-0a7d2f5e8c11-2-bf02a813", [(INTERNAL_ID, "6f1c2a8e-3d4b-4c59-9b1e-0a7d2f5e8c11")]),
+    ("42", []),  # TensorRT-LLM's engine ids name nothing else
+])
+def test_a_vllm_engine_id_names_its_reply(engine_id, names):
+    assert derived(ENGINE_REQUEST_ID, engine_id) == names
+
+
+def test_each_request_line_gives_its_ids_and_no_reply_text(tmp_path):
+    write_log(tmp_path / "vllm-0.log", [])
+    parser = vllm_log.LineParser(str(tmp_path / "vllm-0.log"))
+    [received] = parser.parse(line("Received request cmpl-77ab01c2d3e4f5a6-0: params: SamplingParams(n=1, "
+                                   "max_tokens=16, extra_args=None), lora_request: None.",
+                                   where="request_logger.py:66").encode())
+    assert received.ids == [(INTERNAL_ID, "cmpl-77ab01c2d3e4f5a6-0", None), (REPLY_ID, "cmpl-77ab01c2d3e4f5a6", None)]
+    assert received.entry and received.worker == "vllm-0:4182" and parser.role == "agg"
+    [added] = parser.parse(line("Added request cmpl-77ab01c2d3e4f5a6-0-c0ffee12.").encode())
+    assert (ENGINE_REQUEST_ID, "cmpl-77ab01c2d3e4f5a6-0-c0ffee12", "vllm") in added.ids
+    [generated] = parser.parse(line("Generated response cmpl-77ab01c2d3e4f5a6: output: 'The capital is Paris.', "
+                                    "finish_reason: stop", where="request_logger.py:119").encode())
+    assert generated.name == "Generated response cmpl-77ab01c2d3e4f5a6" and generated.attrs["finish_reason"] == "stop"
+    assert generated.attrs["content_chars"] == {"output": 23} and "Paris" not in str(generated.attrs)
+    [aborted] = parser.parse(line("Aborted request(s) cmpl-77ab01c2d3e4f5a6-0-c0ffee12,chatcmpl-a-0123abcd.").encode())
+    assert aborted.status == "aborted"
+    assert {v for k, v, _ in aborted.ids if k == ENGINE_REQUEST_ID} == {"cmpl-77ab01c2d3e4f5a6-0-c0ffee12",
+                                                                         "chatcmpl-a-0123abcd"}
+    [body] = parser.parse(line('Request req-1 JSON body: {"prompt": "secret"}', level="DEBUG").encode())
+    assert "secret" not in body.name + str(body.attrs)
+    kept = vllm_log.LineParser(str(tmp_path / "vllm-0.log"), keep_content=True)
+    [generated] = kept.parse(line("Generated response chatcmpl-a: output: 'Paris.', finish_reason: stop").encode())
+    assert generated.attrs["output"] == "'Paris.'"
+
+
+def test_api_servers_are_workers_and_the_engine_cores_lines_are_theirs(tmp_path):
+    write_log(tmp_path / "node-3" / "serve.log.gz", [])
+    write_log(tmp_path / "serve.log", [])
+    parser = vllm_log.LineParser(str(tmp_path / "node-3" / "serve.log.gz"))
+    workers = [parser.parse(line(f"Added request chatcmpl-{i}-0123abcd.", process=process, pid=pid).encode())[0].worker
+               for i, (process, pid) in enumerate([("ApiServer_0", 11), ("EngineCore_DP0", 20), ("ApiServer_1", 12)])]
+    assert workers == ["serve:11", "serve:11", "serve:12"]
+    named = vllm_log.LineParser(str(tmp_path / "serve.log"), worker="gpu-node-3")
+    assert named.parse(line("Added request chatcmpl-a-0123abcd.").encode())[0].worker == "gpu-node-3:4182"
+
+
+def test_the_text_format_and_the_json_format_are_both_read(tmp_path):
+    text, json_log = tmp_path / "text.log", tmp_path / "json.log"
+    write_log(text, [line("Added request chatcmpl-952be734a436bcaf-bf02a813.")])
+    write_log(json_log, ['{"asctime": "2026-08-20 10:15:02,481", "levelname": "INFO", "name": "vllm.v1.engine.async_llm", '
+                         '"processName": "MainProcess", "process": 4182, "message": "Added request '
+                         'chatcmpl-952be734a436bcaf-bf02a813.", "vllm_process_name": "APIServer"}'])
+    for path in (text, json_log):
+        assert detect(str(path), path.read_bytes().splitlines()) is vllm_log
+    [from_text] = vllm_log.LineParser(str(text)).parse(text.read_bytes().rstrip())
+    [from_json] = vllm_log.LineParser(str(json_log)).parse(json_log.read_bytes().rstrip())
+    assert from_json.time_ns - from_text.time_ns == 481_000_000  # the JSON format's asctime has ms and a year
+    assert from_text.ids == from_json.ids
+    assert (from_text.worker, from_json.worker) == ("text:4182", "json:4182")
+
+
+def test_a_message_of_several_lines_is_one_record_of_its_request(tj, tmp_path):
+    """vLLM writes a message of several lines (a traceback logged with it) a line each, every one
+    with its prefix, the line before ending in \\r."""
+    log = tmp_path / "vllm-0.log"
+    write_log(log, [
+        line("Received request chatcmpl-952be734a436bcaf: params: SamplingParams(n=1), lora_request: None."),
+        line("Added request chatcmpl-952be734a436bcaf-bf02a813.", at="08-20 10:15:03"),
+        line("Aborted request(s) chatcmpl-952be734a436bcaf-bf02a813.\r", level="ERROR", at="08-20 10:15:04"),
+        line("Traceback (most recent call last):\r", level="ERROR", at="08-20 10:15:04"),
+        line('  File "async_llm.py", line 12, in generate\r', level="ERROR", at="08-20 10:15:04"),
+        line("RuntimeError: CUDA error: an illegal memory access", level="ERROR", at="08-20 10:15:04"),
+        line("Added request chatcmpl-0123456789abcdef-bf02a813.", at="08-20 10:15:05"),
+    ])
+    assert tj("ingest", log).code == 0
+    [request] = tj("lookup", "chatcmpl-952be734a436bcaf", "--json").json()["requests"]
+    tracebacks = [r for r in request["records"] if r.get("text")]
+    assert len(tracebacks) == 1 and tracebacks[0]["lines"] == 4
+    assert tracebacks[0]["exception"] == "RuntimeError: CUDA error: an illegal memory access"
+
+
+def test_times_without_a_year_take_the_files_and_say_so(tj, tmp_path):
+    log = tmp_path / "vllm-0.log"
+    write_log(log, [line("Added request chatcmpl-952be734a436bcaf-bf02a813.", at="12-31 23:59:59")],
+              modified=datetime(2027, 1, 1, 0, 5, tzinfo=timezone.utc))
+    run = tj("ingest", log)
+    assert "the year 2026 from the file's modification time" in run.err
+    [request] = tj("lookup", "chatcmpl-952be734a436bcaf", "--json").json()["requests"]
+    assert request["records"][0]["time"] == "2026-12-31T23:59:59.000000Z"
+    assert "the year 2026 from the file's modification time" in request["records"][0]["origin"]["local_time"]
+
+
+def test_a_prefill_and_a_decode_server_join_by_the_decode_sides_remote_request_id(tj, tmp_path):
+    """vLLM's own P/D proxy sends one X-Request-Id to both sides; the prefill's reply id is then the
+    decode's too. Here the sides got different ids (a proxy that sends none): only the decode side's
+    kv_transfer_params, which name the prefill's engine id, join them."""
+    prefill = "chatcmpl-aaaaaaaaaaaaaaaa"
+    decode = "chatcmpl-bbbbbbbbbbbbbbbb"
+    write_log(tmp_path / "prefill-0.log", [
+        line(f"Received request {prefill}: params: SamplingParams(n=1, max_tokens=1, extra_args={{'kv_transfer_params': "
+             f"{{'do_remote_decode': True, 'do_remote_prefill': False}}}}), lora_request: None.", pid=100),
+        line(f"Added request {prefill}-11111111.", pid=100),
+    ])
+    write_log(tmp_path / "decode-0.log", [
+        line(f"Received request {decode}: params: SamplingParams(n=1, max_tokens=64, extra_args={{'kv_transfer_params': "
+             f"{{'do_remote_decode': False, 'do_remote_prefill': True, 'remote_engine_id': 'e1', 'remote_request_id': "
+             f"'{prefill}-11111111', 'remote_host': '10.0.0.5', 'remote_port': 5600}}}}), lora_request: None.",
+             pid=200, at="08-20 10:15:03"),
+        line(f"Added request {decode}-22222222.", pid=200, at="08-20 10:15:03"),
+        line(f"Generated response {decode}: output: 'hi', finish_reason: stop", pid=200, at="08-20 10:15:04"),
+    ])
+    assert tj("ingest", tmp_path).code == 0
+    for reply in (prefill, decode):
+        [request] = tj("lookup", reply, "--json").json()["requests"]
+        assert {(w["worker"], w["role"]) for w in request["workers"]} == {("prefill-0:100", "prefill"),
+                                                                          ("decode-0:200", "decode")}
+        assert len(request["records"]) == 5
+
+
+def test_one_x_request_id_sent_twice_to_one_server_is_two_requests_not_one(tj, tmp_path):
+    """vLLM makes the reply id of the X-Request-Id: two clients that send the same get the same reply
+    id. Each request's engine id differs; the reply id is a collision, reported, and never merges them."""
+    write_log(tmp_path / "vllm-0.log", [
+        line("Received request chatcmpl-job-42: params: SamplingParams(n=1), lora_request: None."),
+        line("Added request chatcmpl-job-42-11111111."),
+        line("Received request chatcmpl-job-42: params: SamplingParams(n=1), lora_request: None.", at="08-20 10:15:03"),
+        line("Added request chatcmpl-job-42-22222222.", at="08-20 10:15:03"),
+    ])
+    assert tj("ingest", tmp_path).code == 0
+    found = tj("lookup", "chatcmpl-job-42", "--json").json()
+    assert any("collision" in w for w in found["warnings"])
+    assert found["matched"] >= 2
+    for engine_id in ("chatcmpl-job-42-11111111", "chatcmpl-job-42-22222222"):
+        [request] = tj("lookup", engine_id, "--json").json()["requests"]
+        assert [engine_id] == [r["name"].split()[-1].rstrip(".") for r in request["records"] if r["name"].startswith("Added")]
+
+
+def test_vllm_spans_join_its_logs_by_the_external_id(tj, tmp_path):
+    """vLLM's `llm_request` span: SERVER, `gen_ai.request.id` the external id, a resource with
+    `vllm.process_id` and no host."""
+    captured = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource.create({"service.name": "vllm-0", "vllm.process_id": "4182",
+                                                        "vllm.instrumenting_module_name": "vllm.llm_engine"}))
+    provider.add_span_processor(SimpleSpanProcessor(captured))
+    with provider.get_tracer("vllm.tracing.otel").start_as_current_span("llm_request", kind=SpanKind.SERVER) as span:
+        span.set_attributes({"gen_ai.request.id": "cmpl-77ab01c2d3e4f5a6-0", "gen_ai.latency.e2e": 1.8,
+                             "gen_ai.latency.time_to_first_token": 0.05})
+    provider.shutdown()
+    write_protobuf_json(tmp_path / "spans.jsonl", list(captured.get_finished_spans()))
+    write_log(tmp_path / "vllm-0.log", [line("Added request cmpl-77ab01c2d3e4f5a6-0-c0ffee12.")])
+    assert tj("ingest", tmp_path).code == 0
+    [request] = tj("lookup", "cmpl-77ab01c2d3e4f5a6", "--json").json()["requests"]
+    assert sorted(r["source"] for r in request["records"]) == ["otlp_json", "vllm_log"]
+    assert "vllm-0:4182" in {w["worker"] for w in request["workers"]}
