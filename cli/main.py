@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import List, Optional
 
+import click
 import typer
 
 app = typer.Typer(
@@ -353,6 +354,8 @@ def demo(
     folder: str = typer.Option("tracejoin-demo", help="Where each run writes its records, in a folder of its own."),
     dynamo: bool = typer.Option(False, "--dynamo", help="A real NVIDIA Dynamo deployment instead, with trace-join "
                                 "collect and proxy beside it (Dynamo is installed on first use, in a minute or two)."),
+    engine: str = typer.Option("trtllm", "--engine", click_type=click.Choice(["trtllm", "vllm"]),
+                               help="Whose records the simulated deployment writes: TensorRT-LLM's or vLLM's."),
 ):
     """Run a disaggregated deployment on loopback, send it requests, ingest what it recorded and look a
     reply up. With --dynamo, look replies up live, through the collector."""
@@ -373,6 +376,8 @@ def demo(
         except DeploymentError as e:
             raise Failure(str(e)) from None
         return
+    if engine == "vllm":
+        from tracejoin.cli.demo.vllm_demo import run_vllm_demo as run_demo
     with _open(db, read_only=False) as store:
         try:
             run_demo(store, folder)

@@ -1,5 +1,6 @@
-"""The demo's disaggregated deployment: a router, two context and two generation workers, each a
-process of its own (so each has its own pid, as real workers do), on 127.0.0.1.
+"""The demo's disaggregated deployments: server processes on 127.0.0.1, each a process of its own
+(so each has its own pid, as real workers do). The TensorRT-LLM one is a router and two context and
+two generation workers.
 
     with Deployment(out, first_engine_request_id) as deployment:
         ... send requests to deployment.router_url ...
@@ -69,7 +70,7 @@ def process_log(out: Path, pid: int) -> Path:
 
 @dataclass
 class Server:
-    name: str  # one of NAMES
+    name: str  # its name in the deployment: its role, and its number among servers of that role
     address: str  # 127.0.0.1:port
     process: subprocess.Popen
 
@@ -78,44 +79,52 @@ class Server:
         return _role(self.name)
 
 
-class Deployment(StartsAndStops):
-    def __init__(self, out: Path, first_engine_request_id: int):
-        """`first_engine_request_id`: where every worker's engine starts numbering its requests."""
+class Processes(StartsAndStops):
+    """Server processes on loopback, the first the one clients call. A subclass names them
+    (`names`, the first the entry), the module each runs (`module`: `python -m MODULE ROLE --fd N
+    --out DIR OPTIONS...`) and each one's options, given every address."""
+
+    names: tuple[str, ...]
+    module: str
+
+    def __init__(self, out: Path):
         self.out = out
-        self.first_engine_request_id = first_engine_request_id
         self.servers: list[Server] = []
 
     @property
     def router_url(self) -> str:
         return f"http://{self.servers[0].address}"
 
+    def options(self, name: str, addresses: dict[str, str]) -> list[str]:
+        raise NotImplementedError
+
     def start(self) -> None:
-        sockets = {name: _listening_socket() for name in NAMES}
+        sockets = {name: _listening_socket() for name in self.names}
         addresses = {name: "%s:%d" % sock.getsockname() for name, sock in sockets.items()}
         for name, sock in sockets.items():
-            if name == "router":
-                options = [arg for worker in NAMES[1:] for arg in (f"--{_role(worker)}", addresses[worker])]
-            else:
-                options = ["--first-request-id", str(self.first_engine_request_id)]
-                options += ["--flaky"] if name == FLAKY else []
-            self.servers.append(Server(name, addresses[name], self._spawn(_role(name), sock, options)))
+            process = self._spawn(name, sock, self.options(name, addresses))
+            self.servers.append(Server(name, addresses[name], process))
             sock.close()  # the process has its own copy; if it dies, its port refuses connections
         self._wait_until_ready()
 
-    def _spawn(self, role: str, sock: socket.socket, options: list[str]) -> subprocess.Popen:
+    def _spawn(self, name: str, sock: socket.socket, options: list[str]) -> subprocess.Popen:
         env = {key: value for key, value in os.environ.items() if not key.startswith(_DROPPED_ENV_PREFIXES)}
         env.update(TZ="UTC", PYTHONUNBUFFERED="1")
-        argv = [sys.executable, "-m", "tracejoin.cli.demo.server_process", role,
-                "--fd", str(sock.fileno()), "--out", str(self.out), *options]
+        argv = [sys.executable, "-m", self.module, _role(name), "--fd", str(sock.fileno()), "--out", str(self.out),
+                *options]
         return subprocess.Popen(argv, pass_fds=[sock.fileno()], env=env, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.DEVNULL)
+
+    def log_of(self, server: Server) -> Path:
+        """Where a server's process writes its output."""
+        return process_log(self.out, server.process.pid)
 
     def _wait_until_ready(self) -> None:
         deadline = time.monotonic() + READY_WITHIN_S
         with httpx.Client(timeout=1) as client:
             for server in self.servers:
                 while not _answers(client, server):
-                    log = process_log(self.out, server.process.pid)
+                    log = self.log_of(server)
                     if server.process.poll() is not None:
                         raise DeploymentError(f"the {server.name} process stopped while starting "
                                               f"(exit code {server.process.returncode}); see {log}")
@@ -125,10 +134,27 @@ class Deployment(StartsAndStops):
                     time.sleep(0.05)
 
     def stop(self) -> None:
-        routers = [server for server in self.servers if server.role == "router"]
-        _stop(routers)
-        _stop([server for server in self.servers if server not in routers])
+        """The entry first, so in-flight replies finish before the servers behind it go."""
+        _stop(self.servers[:1])
+        _stop(self.servers[1:])
         self.servers = []
+
+
+class Deployment(Processes):
+    """The TensorRT-LLM deployment: a router, two context and two generation workers."""
+
+    names = NAMES
+    module = "tracejoin.cli.demo.server_process"
+
+    def __init__(self, out: Path, first_engine_request_id: int):
+        """`first_engine_request_id`: where every worker's engine starts numbering its requests."""
+        super().__init__(out)
+        self.first_engine_request_id = first_engine_request_id
+
+    def options(self, name: str, addresses: dict[str, str]) -> list[str]:
+        if name == "router":
+            return [arg for worker in NAMES[1:] for arg in (f"--{_role(worker)}", addresses[worker])]
+        return ["--first-request-id", str(self.first_engine_request_id)] + (["--flaky"] if name == FLAKY else [])
 
 
 def _stop(servers: list[Server]) -> None:

@@ -1,0 +1,105 @@
+"""`trace-join demo --engine vllm`: a disaggregated vLLM deployment's records, made by a running one
+on loopback, ingested and looked up across its prefill and decode servers.
+
+vLLM needs a GPU, so its servers are simulated (vllm_server.py): two prefill and two decode servers
+writing vLLM 0.33's own log lines and spans (vllm_formats.py), behind vLLM's P/D proxy with
+TraceJoinMiddleware. The proxy sends one request id of its own to both sides, and the decode side
+logs the prefill's engine id it was handed (`remote_request_id`): the lookup shows the proxy, the
+prefill and the decode server's records of one request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import httpx
+
+from tracejoin.cli import render
+from tracejoin.collector.coverage import coverage
+from tracejoin.collector.ingest import Ingester
+from tracejoin.collector.lookup import lookup
+from tracejoin.collector.service.snapshot import publish
+from tracejoin.collector.store import Store
+
+from .deployment import DeploymentError, Processes, Server
+from .traffic import TIMEOUT_S, Sent, chat, completion, send
+from .vllm_server import FAILING_PROMPT, MODEL, service_log
+
+NAMES = ("proxy", "prefill-0", "prefill-1", "decode-0", "decode-1")
+
+
+class VllmDeployment(Processes):
+    names = NAMES
+    module = "tracejoin.cli.demo.vllm_server"
+
+    def options(self, name: str, addresses: dict[str, str]) -> list[str]:
+        if name == "proxy":
+            return ["--name", name] + [arg for server in NAMES[1:] for arg in
+                                       (f"--{server.split('-')[0]}", addresses[server])]
+        return ["--name", f"vllm-{name}"]
+
+    def log_of(self, server: Server) -> Path:
+        return service_log(self.out, f"vllm-{server.name}")
+
+
+def the_mix() -> list[Sent]:
+    session = "agent-session-vllm"
+    return [
+        Sent("chat", *chat("Which server decoded my last request?", stream=False, model=MODEL), x_request_id=session),
+        Sent("chat, streamed", *chat("Explain prefill and decode in one line.", stream=True, model=MODEL),
+             x_request_id=session),
+        Sent("completions", *completion("The KV cache moves over NIXL from", stream=False, model=MODEL)),
+        Sent("completions, streamed", *completion("Once upon a time", stream=True, model=MODEL)),
+        Sent("chat; its decode server fails", *chat(f"Summarize the outage. {FAILING_PROMPT}", stream=False,
+                                                     model=MODEL), x_request_id=session),
+        Sent("chat, streamed; the client leaves after 3 events", *chat("Tell me a long story.", stream=True,
+                                                                          max_tokens=200, model=MODEL), leave_after=3),
+    ]
+
+
+async def send_traffic(proxy_url: str) -> list[Sent]:
+    sent = the_mix()
+    async with httpx.AsyncClient(base_url=proxy_url, timeout=TIMEOUT_S) as client:
+        await asyncio.gather(*(send(client, s) for s in sent))
+    return sent
+
+
+def run_vllm_demo(store: Store, folder: str) -> None:
+    out = (Path(folder) / datetime.now(timezone.utc).strftime("vllm-%Y%m%dT%H%M%SZ")).resolve()
+    started = time.monotonic()
+    with VllmDeployment(out) as deployment:
+        print("A disaggregated vLLM deployment on loopback: simulated vllm serve prefill and decode servers "
+              "(vLLM needs a GPU) writing vLLM 0.33's logs and spans, behind vLLM's P/D proxy")
+        for server in deployment.servers:
+            print(f"  {server.name:<10} {server.address:<16} pid {server.process.pid}")
+        sent = asyncio.run(send_traffic(deployment.router_url))
+    print(f"\nsent {len(sent)} requests; the deployment ran for {time.monotonic() - started:.1f} s")
+    for request in sent:
+        print(f"  {request.line()}")
+    replies = [s.reply_id for s in sent if s.status == 200 and s.reply_id and not s.leave_after]
+    if not replies:
+        raise DeploymentError(f"no request went through; the servers' logs are in {out / 'logs'}")
+
+    # The servers stamp their logs in this machine's local time, as vLLM does: the demo names its zone.
+    zone = datetime.now().astimezone().strftime("%z")
+    print(f"\n$ trace-join ingest --tz {zone} {shlex.quote(str(out))}\n")
+    render.ingest_summary(Ingester(store, tz=zone).ingest_paths([str(out)]), as_json=False)
+    reply = replies[0]
+    print(f"\n$ trace-join lookup {reply}\n")
+    render.lookup_text(lookup(store, reply))
+    print("\n$ trace-join coverage\n")
+    render.coverage_text(coverage(store))
+    print("\n$ trace-join snapshot\n")
+    print(render.grafana_hint(publish(store)))
+    db = shlex.quote(str(store.path))
+    failed = next((s for s in sent if s.status and s.status >= 500), None)
+    lines = [(f"trace-join lookup --db {db} {reply} --json", "the same, for scripts"),
+             (f"trace-join lookup --db {db} agent-session-vllm", "the x-request-id three requests share")]
+    if failed:
+        lines.append((f"trace-join requests --db {db} --errors", "the request its decode server failed"))
+    render.next_commands(lines, then=f"Then your own vLLM servers' logs: trace-join ingest --db {db} --tz ZONE "
+                                     f"followed by their log folders (docs/integrations/vllm.md).")
