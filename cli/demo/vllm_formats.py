@@ -31,6 +31,14 @@ _FORMAT = "(%(vllm_process_name)s pid=%(process)d) %(levelname)s %(asctime)s [%(
 _DATE_FORMAT = "%m-%d %H:%M:%S"
 
 
+def log_line(message: str, *, process: str = "APIServer", pid: int = 4182, level: str = "INFO",
+             at: str = "08-20 10:15:02", where: str = "async_llm.py:587") -> str:
+    """One line of vLLM's log as its formatter writes it, with the time (`%m-%d %H:%M:%S`) given."""
+    fileinfo, lineno = where.rsplit(":", 1)
+    return _FORMAT % {"vllm_process_name": process, "process": pid, "levelname": level, "asctime": at,
+                      "fileinfo": fileinfo, "lineno": int(lineno), "message": message}
+
+
 def random_uuid() -> str:
     """vLLM 0.33's `random_uuid()`: 16 hex digits."""
     return f"{secrets.randbits(64):016x}"

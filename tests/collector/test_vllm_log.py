@@ -2,9 +2,10 @@
 per-prompt and Responses' per-turn external ids), its text and JSON log formats, and a prefill and
 a decode server joined by the decode side's remote_request_id.
 
-vLLM cannot run here (no GPU, and its wheel pulls CUDA): its lines are written as its formatter
-writes them (`vllm/logger.py`, `vllm/logging_utils/formatter.py`, `request_logger.py`,
-`async_llm.py`), its spans with the real OpenTelemetry SDK as `vllm/tracing/otel.py` makes them."""
+vLLM cannot run here (no GPU, and its wheel pulls CUDA): its lines are written in its formatter's
+format (cli/demo/vllm_formats.py, after `vllm/logger.py`; the messages as `request_logger.py` and
+`async_llm.py` write them), its spans with the real OpenTelemetry SDK as `vllm/tracing/otel.py`
+makes them."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind
 
+from tracejoin.cli.demo.vllm_formats import log_line as line
 from tracejoin.collector import local_time
 from tracejoin.collector.ids import ENGINE_REQUEST_ID, INTERNAL_ID, REPLY_ID, derived
 from tracejoin.collector.sources import vllm_log
@@ -26,9 +28,6 @@ from tracejoin.collector.sources import detect
 from tests.collector.test_otlp_json import write_protobuf_json
 
 
-def line(message: str, *, process: str = "APIServer", pid: int = 4182, level: str = "INFO",
-         at: str = "08-20 10:15:02", where: str = "async_llm.py:587") -> str:
-    return f"({process} pid={pid}) {level} {at} [{where}] {message}"
 
 
 def write_log(path, lines: list[str], modified=datetime(2026, 8, 21, tzinfo=timezone.utc)) -> None:
