@@ -61,12 +61,13 @@ def killed_and_read_whole(tmp_path, monkeypatch, module, paths: list[str], *, se
     moments and run again to its end (bulk.duckdb), and line by line in one run (lines.duckdb):
     the two stores, and the records committed at each kill."""
     db = tmp_path / "bulk.duckdb"
-    argv = [sys.executable, "-c", INGEST_IN_SMALL_STAGES, str(db), *paths]
-    committed_at_kills = kill_9_at_random_moments(argv, db, seed=seed, kills=kills, wait_s=0.8)
     with monkeypatch.context() as m:
         m.setattr(module, "BULK", None)
         with open_store(tmp_path / "lines.duckdb") as store:
             Ingester(store).ingest_paths(paths)
+            total = store.con.execute("SELECT count(*) FROM records").fetchone()[0]
+    argv = [sys.executable, "-c", INGEST_IN_SMALL_STAGES, str(db), *paths]
+    committed_at_kills = kill_9_at_random_moments(argv, db, seed=seed, kills=kills, wait_s=0.8, total=total)
     return db, tmp_path / "lines.duckdb", committed_at_kills
 
 
