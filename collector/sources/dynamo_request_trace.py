@@ -3,11 +3,19 @@ tool events, from the file sink (`.jsonl` or `.jsonl.gz`) or mixed into a worker
 
 They carry no trace context: they join on `request.request_id` (the internal id). Prompt and reply
 text in `request_payload` is not stored; only the reply id is kept from it.
+
+An agent's rows name its session (`agent_context.session_id`, and `parent_session_id` of a
+sub-agent's), and a tool event (`tool_start`, `tool_end`, `tool_error`) the tool call
+(`tool.tool_call_id`): labels (`session_id`, `tool_call_id`), so a session's id finds every request and
+tool event of it without merging them. A tool event is timed by its tool's `started_at_unix_ms` and
+lasts until `ended_at_unix_ms`; the requests it names (`tool.claude.source_request_id`, the one that
+asked for the tool, and `consumer_request_id`, the one that took its result) are kept in its
+attributes, not joined, since they are two requests.
 """
 
 from __future__ import annotations
 
-from ..ids import INTERNAL_ID, REPLY_ID, X_REQUEST_ID
+from ..ids import INTERNAL_ID, REPLY_ID, SESSION_ID, TOOL_CALL_ID, X_REQUEST_ID
 from ..records import Record
 from .parsing import Unparseable, field, load_object
 
@@ -71,12 +79,30 @@ def record_from_row(obj: dict) -> Record:
     for key in ("endpoint", "model", "payload_complete", "payload_drop_reason"):
         if key in payload:
             attrs[key] = payload[key]
-    if "agent_context" in obj:
-        attrs["agent_context"] = obj["agent_context"]
+    agent = field(obj, "agent_context", (dict,))
+    if agent is not None:
+        attrs["agent_context"] = agent
+        for key in ("session_id", "parent_session_id"):
+            record.add_id(SESSION_ID, field(agent, key, (str,)))
     if isinstance(request.get("total_time_ms"), (int, float)):
         record.duration_ns = int(request["total_time_ms"] * 1_000_000)
+    tool = field(obj, "tool", (dict,))
+    if tool is not None:
+        _tool_event(record, tool, attrs)
     record.attrs = attrs or None
     return record
+
+
+def _tool_event(record: Record, tool: dict, attrs: dict) -> None:
+    record.add_id(TOOL_CALL_ID, field(tool, "tool_call_id", (str,)))
+    started, ended = (field(tool, key, (int, float)) for key in ("started_at_unix_ms", "ended_at_unix_ms"))
+    if started:
+        record.time_ns = int(started * 1_000_000)
+        if ended and ended >= started:
+            record.duration_ns = int((ended - started) * 1_000_000)
+    attrs["tool"] = tool
+    if record.name.endswith("tool_error"):
+        record.status = "error"
 
 
 def _load_bigints(line: bytes) -> dict:

@@ -3,6 +3,8 @@ workers), built field for field as Dynamo 1.6.1 writes them by DynamoSample."""
 
 from __future__ import annotations
 
+import json
+
 from tracejoin.cli.demo.dynamo_formats import DynamoSample
 
 # Per successful request, as Dynamo 1.6.1 writes them: 7 frontend lines (request received, Selected
@@ -141,3 +143,31 @@ def test_time_window(tj, tmp_path):
     assert [r["ids"]["internal_id"] for r in result["requests"]] == [[early.request_id]]
     run = tj("lookup", "w", "--since", "yesterday-ish")
     assert run.code == 2
+
+
+def test_an_agent_sessions_tool_events_are_found_by_its_session_and_tool_call_not_merged(tj, tmp_path):
+    """Dynamo's request-trace tool rows (`tool_start`, `tool_end`, `tool_error`): the session and the
+    tool call are labels; the two requests a tool event names (the one that asked for the tool, the
+    one that took its result) stay two requests."""
+    first, second = "6f1c2a8e-3d4b-4c59-9b1e-0a7d2f5e8c11", "7a2d3b9f-4e5c-4d6a-8c2f-1b8e3f6a9d22"
+    rows = [
+        {"schema": "dynamo.request.trace.v1", "event_type": "request_end", "event_time_unix_ms": 1787307304315,
+         "agent_context": {"session_id": "run-42:coder"},
+         "request": {"request_id": first, "request_received_ms": 1787307302481, "total_time_ms": 1834.0}},
+        {"schema": "dynamo.request.trace.v1", "event_type": "tool_end", "event_time_unix_ms": 1787307305000,
+         "event_source": "harness", "agent_context": {"session_id": "run-42:coder"},
+         "tool": {"tool_call_id": "call_abc", "tool_class": "bash", "started_at_unix_ms": 1787307304400,
+                  "ended_at_unix_ms": 1787307304900,
+                  "claude": {"source_request_id": first, "consumer_request_id": second}}},
+        {"schema": "dynamo.request.trace.v1", "event_type": "request_end", "event_time_unix_ms": 1787307306315,
+         "agent_context": {"session_id": "run-42:coder"},
+         "request": {"request_id": second, "request_received_ms": 1787307305000, "total_time_ms": 1315.0}},
+    ]
+    (tmp_path / "dynamo-request-trace.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert tj("ingest", tmp_path).code == 0
+    by_session = tj("lookup", "run-42:coder", "--json").json()
+    assert by_session["id_kind"] == "session_id" and by_session["matched"] == 3
+    [tool] = tj("lookup", "call_abc", "--json").json()["requests"]
+    [event] = tool["records"]
+    assert event["duration_ms"] == 500.0 and event["attrs"]["tool"]["claude"]["consumer_request_id"] == second
+    assert len(tj("lookup", first, "--json").json()["requests"]) == 1
