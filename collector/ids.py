@@ -27,8 +27,16 @@ DISAGG_REQUEST_ID = "disagg_request_id"
 TRACE_ID = "trace_id"
 ENGINE_REQUEST_ID = "engine_request_id"
 CTX_REQUEST_ID = "ctx_request_id"
+# An agent's session (Dynamo's request-trace `agent_context.session_id`, the trajectory) and a tool
+# call an agent made in it: labels, shared by the many requests of a session and by the request that
+# asked for a tool and the one that took its result.
+SESSION_ID = "session_id"
+TOOL_CALL_ID = "tool_call_id"
+# SGLang's disaggregated serving: the one number a request's prefill and decode servers share (a
+# random 63-bit integer the router or the prefill server draws), in decimal.
+BOOTSTRAP_ROOM = "bootstrap_room"
 
-KEY_KINDS = (REPLY_ID, INTERNAL_ID, DISAGG_REQUEST_ID, ENGINE_REQUEST_ID, CTX_REQUEST_ID)
+KEY_KINDS = (REPLY_ID, INTERNAL_ID, DISAGG_REQUEST_ID, ENGINE_REQUEST_ID, CTX_REQUEST_ID, BOOTSTRAP_ROOM)
 SCOPED_KINDS = (ENGINE_REQUEST_ID, CTX_REQUEST_ID)
 # Not ids a user quotes but the edges of the span tree, stored beside the ids as "<trace>/<span>":
 # the span a record belongs to, and its parent span.
@@ -67,6 +75,19 @@ def derived(kind: str, value: str) -> list[tuple[str, str]]:
         if m:
             return vllm_external_ids(m.group(1))
     return []
+
+
+def bootstrap_room(value) -> str | None:
+    """SGLang's bootstrap room in decimal, as its logs write it; its spans write it in hex (`0x…`)."""
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, int):
+        return str(value) if value >= 0 else None
+    text = str(value).strip()
+    try:
+        return str(int(text, 16)) if text.lower().startswith("0x") else str(int(text)) if text.isdigit() else None
+    except ValueError:
+        return None
 
 
 def vllm_external_ids(external: str) -> list[tuple[str, str]]:

@@ -10,7 +10,8 @@ import orjson
 from . import error_lines, local_time
 from .graph import NOT_LOOKED_UP, IdGraph, found, found_sql
 from .ids import (
-    CTX_REQUEST_ID, DISAGG_REQUEST_ID, ENGINE_REQUEST_ID, INTERNAL_ID, REPLY_ID, TRACE_ID, X_REQUEST_ID,
+    BOOTSTRAP_ROOM, CTX_REQUEST_ID, DISAGG_REQUEST_ID, ENGINE_REQUEST_ID, INTERNAL_ID, REPLY_ID, SESSION_ID,
+    TOOL_CALL_ID, TRACE_ID, X_REQUEST_ID,
     implied_by_query, pasted_id,
 )
 from .request_list import summaries
@@ -19,11 +20,12 @@ from .times import extent, failure_known_ns, ns_to_iso
 from .store import Store
 
 # When an id matches several kinds, the lookup is said to be by the strongest.
-_KIND_ORDER = [REPLY_ID, INTERNAL_ID, DISAGG_REQUEST_ID, ENGINE_REQUEST_ID, CTX_REQUEST_ID, X_REQUEST_ID, TRACE_ID]
+_KIND_ORDER = [REPLY_ID, INTERNAL_ID, DISAGG_REQUEST_ID, BOOTSTRAP_ROOM, ENGINE_REQUEST_ID, CTX_REQUEST_ID, X_REQUEST_ID,
+               TOOL_CALL_ID, SESSION_ID, TRACE_ID]
 # `lookup --json`'s id kinds have no ctx_request_id: a lookup by one is reported as by an engine request
 # id, the kind it is closest to (TensorRT-LLM's context server issues it).
 _REPORTED_KIND = {CTX_REQUEST_ID: ENGINE_REQUEST_ID}
-_SHOWN_ID_KINDS = [REPLY_ID, INTERNAL_ID, X_REQUEST_ID, DISAGG_REQUEST_ID, TRACE_ID]
+_SHOWN_ID_KINDS = [REPLY_ID, INTERNAL_ID, X_REQUEST_ID, DISAGG_REQUEST_ID, BOOTSTRAP_ROOM, TRACE_ID]
 # Attributes worth a glance in a record's one-line summary.
 _SUMMARY_ATTRS = (
     "route", "method", "endpoint", "model", "error_type", "error_detail", "error", "error.type", "worker_id",

@@ -62,12 +62,12 @@ class ChatCompletions:
     async def stream(self, reply_id: str, model: str, tokens: AsyncIterator[str], prompt_tokens: int) -> AsyncIterator[bytes]:
         first = True
         async for token in tokens:
-            yield sse(self._chunk(reply_id, model, self.choice(token, None, whole=False, first=first)))
+            yield sse(self.chunk(reply_id, model, self.choice(token, None, whole=False, first=first)))
             first = False
-        yield sse(self._chunk(reply_id, model, self.choice("", "length", whole=False)))
+        yield sse(self.chunk(reply_id, model, self.choice("", "length", whole=False)))
         yield DONE
 
-    def _chunk(self, reply_id: str, model: str, choice: dict) -> dict:
+    def chunk(self, reply_id: str, model: str, choice: dict) -> dict:
         return {"id": reply_id, "object": self.chunk_object, "created": int(time.time()), "model": model,
                 "choices": [choice]}
 

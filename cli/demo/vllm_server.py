@@ -37,7 +37,7 @@ from starlette.routing import Route
 
 from tracejoin.middleware.outgoing import outgoing_headers
 
-from .openai_api import DONE, sse
+from .openai_api import DONE, ChatCompletions, Completions, sse
 from .serving import traced_app
 from .server_process import capture_output
 from .vllm_formats import LlmRequestSpans, VllmLogger, engine_request_id, random_uuid, sampling_params
@@ -48,7 +48,8 @@ FAILING_PROMPT = "(the decode server fails on this prompt)"
 NIXL_PORT = 5600  # VLLM_NIXL_SIDE_CHANNEL_PORT's default
 PREFILL_S, DECODE_PER_TOKEN_S, KV_TRANSFER_S = 0.02, 0.01, 0.005
 WORDS = ("Prefill", " filled", " the", " cache;", " decode", " read", " it", " over", " NIXL", " and", " went", " on.")
-PATHS = {"/v1/chat/completions": "chatcmpl", "/v1/completions": "cmpl"}
+# The two APIs served, and the prefix vLLM gives their reply ids.
+APIS = {"/v1/chat/completions": ChatCompletions(), "/v1/completions": Completions()}
 
 
 def service_log(out: Path, service: str) -> Path:
@@ -68,7 +69,7 @@ class VllmServer:
         self._slot = asyncio.Lock()  # one batch at a time: concurrent requests queue
 
     def app(self) -> Starlette:
-        routes = [Route(path, self._serve, methods=["POST"]) for path in PATHS]
+        routes = [Route(path, self._serve, methods=["POST"]) for path in APIS]
         return Starlette(routes=[Route("/health", _health), *routes], lifespan=self._lifespan)
 
     @contextlib.asynccontextmanager
@@ -80,9 +81,9 @@ class VllmServer:
         arrival = time.time()
         body = await http.json()
         base = http.headers.get("x-request-id") or body.get("request_id") or random_uuid()
-        prefix = PATHS[http.url.path]
-        reply_id = f"{prefix}-{base}"
-        external = reply_id if prefix == "chatcmpl" else f"{reply_id}-0"  # completions: the prompt's index
+        api = APIS[http.url.path]
+        reply_id = f"{api.id_prefix}-{base}"
+        external = reply_id if api.id_prefix == "chatcmpl" else f"{reply_id}-0"  # completions: the prompt's index
         kv = body.get("kv_transfer_params")
         max_tokens = int(body.get("max_tokens") or 16)
         self.log.received(external, sampling_params(max_tokens, kv))
@@ -94,7 +95,7 @@ class VllmServer:
             try:
                 raise RuntimeError(f"NIXL transfer of the KV cache for {engine_id} timed out")
             except RuntimeError as failure:
-                self.log.error("serving_chat.py:1410", f"Error in {prefix} generator for request {external}")
+                self.log.error("serving_chat.py:1410", f"Error in {api.id_prefix} generator for request {external}")
                 return JSONResponse({"error": {"message": str(failure), "type": "InternalServerError", "param": None,
                                                "code": 500}}, status_code=500)
         async with self._slot:
@@ -107,26 +108,26 @@ class VllmServer:
         if kv and kv.get("do_remote_decode"):  # a prefill: its first token is its last
             times["last_token"] = times["first_token"]
             self._finished(external, reply_id, WORDS[0], "length", times, http, 1, streamed=False)
-            return JSONResponse(_reply(prefix, reply_id, WORDS[0], "length") | {
+            return JSONResponse(api.reply(reply_id, MODEL, WORDS[0], "length", (8, 1)) | {
                 "kv_transfer_params": {"do_remote_prefill": True, "do_remote_decode": False,
                                        "remote_block_ids": [1, 2, 3], "remote_engine_id": self.engine_id,
                                        "remote_request_id": engine_id, "remote_host": "127.0.0.1",
                                        "remote_port": NIXL_PORT, "tp_size": 1}})
         if body.get("stream"):
-            return StreamingResponse(self._stream(external, reply_id, prefix, engine_id, max_tokens, times, http),
+            return StreamingResponse(self._stream(external, reply_id, api, engine_id, max_tokens, times, http),
                                      media_type="text/event-stream")
         text = "".join([word async for word in _decode(max_tokens)])
         times["last_token"] = time.time()
         self._finished(external, reply_id, text, "length", times, http, max_tokens, streamed=False)
-        return JSONResponse(_reply(prefix, reply_id, text, "length"))
+        return JSONResponse(api.reply(reply_id, MODEL, text, "length", (8, max_tokens)))
 
-    async def _stream(self, external: str, reply_id: str, prefix: str, engine_id: str, max_tokens: int,
+    async def _stream(self, external: str, reply_id: str, api: ChatCompletions, engine_id: str, max_tokens: int,
                       times: dict, http: Request) -> AsyncIterator[bytes]:
         text = ""
         try:
             async for word in _decode(max_tokens):
+                yield sse(api.chunk(reply_id, MODEL, api.choice(word, None, whole=False, first=not text)))
                 text += word
-                yield sse(_chunk(prefix, reply_id, word))
         except BaseException:  # the client left: vLLM aborts the request in its engine
             self.log.aborted([engine_id])
             raise
@@ -147,23 +148,6 @@ async def _decode(max_tokens: int) -> AsyncIterator[str]:
         yield WORDS[index % len(WORDS)]
 
 
-def _reply(prefix: str, reply_id: str, text: str, finish_reason: str) -> dict:
-    if prefix == "chatcmpl":
-        choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish_reason}
-        return {"id": reply_id, "object": "chat.completion", "created": int(time.time()), "model": MODEL,
-                "choices": [choice]}
-    return {"id": reply_id, "object": "text_completion", "created": int(time.time()), "model": MODEL,
-            "choices": [{"index": 0, "text": text, "finish_reason": finish_reason}]}
-
-
-def _chunk(prefix: str, reply_id: str, word: str) -> dict:
-    if prefix == "chatcmpl":
-        return {"id": reply_id, "object": "chat.completion.chunk", "created": int(time.time()), "model": MODEL,
-                "choices": [{"index": 0, "delta": {"content": word}, "finish_reason": None}]}
-    return {"id": reply_id, "object": "text_completion", "created": int(time.time()), "model": MODEL,
-            "choices": [{"index": 0, "text": word, "finish_reason": None}]}
-
-
 class Proxy:
     """vLLM's P/D toy proxy, behind TraceJoinMiddleware."""
 
@@ -173,7 +157,7 @@ class Proxy:
         self.client = httpx.AsyncClient(timeout=httpx.Timeout(None, connect=10.0))
 
     def app(self) -> Starlette:
-        routes = [Route(path, self._serve, methods=["POST"]) for path in PATHS]
+        routes = [Route(path, self._serve, methods=["POST"]) for path in APIS]
         return traced_app(routes, role="proxy", service="vllm-pd-proxy", out=self.out, lifespan=None)
 
     async def _serve(self, http: Request) -> Response:

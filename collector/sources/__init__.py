@@ -41,7 +41,7 @@ from __future__ import annotations
 
 from . import (
     dynamo_jsonl, dynamo_request_trace, otlp_json, perf_metrics_jsonl, perf_metrics_legacy, tracejoin_jsonl,
-    trtllm_hook, trtllm_log, trtllm_time_events, vllm_log,
+    sglang_log, sglang_metrics, trtllm_hook, trtllm_log, trtllm_time_events, vllm_log,
 )
 from .parsing import Unparseable
 
@@ -54,7 +54,7 @@ __all__ = ["SOURCES", "BY_NAME", "detect", "Unparseable"]
 SOURCES = [
     tracejoin_jsonl, otlp_json, dynamo_request_trace, trtllm_hook, trtllm_time_events, perf_metrics_jsonl,
     perf_metrics_legacy,
-    dynamo_jsonl, vllm_log, trtllm_log,
+    sglang_metrics, dynamo_jsonl, vllm_log, sglang_log, trtllm_log,
 ]
 BY_NAME = {m.NAME: m for m in SOURCES}
 

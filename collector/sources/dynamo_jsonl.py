@@ -21,7 +21,7 @@ import re
 from typing import NoReturn
 
 from . import bulk_sql
-from ..ids import DISAGG_REQUEST_ID, ENGINE_REQUEST_ID, INTERNAL_ID, PARENT_SPAN, SPAN, TRACE_ID, X_REQUEST_ID
+from ..ids import DISAGG_REQUEST_ID, ENGINE_REQUEST_ID, INTERNAL_ID, PARENT_SPAN, REPLY_ID, SPAN, TRACE_ID, X_REQUEST_ID
 from ..records import Record
 from . import dynamo_request_trace
 from .parsing import HEX, Unparseable, field, hex_id, iso_to_ns, load_object
@@ -48,6 +48,9 @@ _TEXT_REQUEST_ID = re.compile(rf"Request ID:\s*({_UUID})", re.ASCII)
 _ENGINE_ID_MAP = re.compile(
     rf"Engine ID map: request_id=({_UUID}) trtllm_client_id=(\d+) disagg_request_id=(\d+|None)", re.ASCII
 )
+# Dynamo's SGLang worker (1.6.1) names the rid it gave SGLang (SGLang's name for the request, which
+# SGLang's own records carry) and the Dynamo request it serves.
+_SGLANG_SUBMITTED = re.compile(rf"Submitted SGLang Request ID: (\w+), Context: ({_UUID})", re.ASCII)
 # Readable-mode line: "2025-09-02T15:50:01.770028Z  INFO main.init: message"
 _READABLE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d))\s+([A-Z]+)\s+(.*)$")
 _UUID_IN_TEXT = re.compile(_UUID)
@@ -208,6 +211,10 @@ class LineParser:
         if "Request ID" in text:
             for uuid in _TEXT_REQUEST_ID.findall(text):
                 record.add_id(INTERNAL_ID, uuid.lower())
+            m = _SGLANG_SUBMITTED.search(text)
+            if m:
+                record.add_id(REPLY_ID, m.group(1))
+                record.add_id(INTERNAL_ID, m.group(2).lower())
         if "Engine ID map" in text:
             m = _ENGINE_ID_MAP.search(text)
             if m:
@@ -348,6 +355,7 @@ FROM timed
 # outside a request span (request_id, as LineParser._json_line takes it, is none).
 _TEXT_IDS = """contains(message, 'Request ID') OR contains(message, 'Engine ID map') OR request_id IS NULL"""
 _ENGINE_ID_MAP_SQL = bulk_sql.re2(_ENGINE_ID_MAP)
+_SGLANG_SUBMITTED_SQL = bulk_sql.re2(_SGLANG_SUBMITTED)
 _IDS = f"""
 SELECT record_id, i.kind, i.value, NULL::VARCHAR AS scope FROM (
     SELECT record_id, unnest([
@@ -371,6 +379,12 @@ SELECT DISTINCT record_id, i.kind, i.value, i.scope FROM (
         || CASE WHEN contains(message, 'Request ID')
                 THEN list_transform(regexp_extract_all(message, '{bulk_sql.re2(_TEXT_REQUEST_ID)}', 1),
                                     lambda u: {{'kind': '{INTERNAL_ID}', 'value': lower(u), 'scope': NULL::VARCHAR}})
+                ELSE [] END
+        || CASE WHEN contains(message, 'Submitted SGLang Request ID') AND regexp_matches(message, '{_SGLANG_SUBMITTED_SQL}')
+                THEN [{{'kind': '{REPLY_ID}', 'value': regexp_extract(message, '{_SGLANG_SUBMITTED_SQL}', 1),
+                        'scope': NULL::VARCHAR}},
+                      {{'kind': '{INTERNAL_ID}', 'value': lower(regexp_extract(message, '{_SGLANG_SUBMITTED_SQL}', 2)),
+                        'scope': NULL::VARCHAR}}]
                 ELSE [] END
         || CASE WHEN contains(message, 'Engine ID map') AND regexp_matches(message, '{_ENGINE_ID_MAP_SQL}')
                 THEN [{{'kind': '{INTERNAL_ID}', 'value': lower(regexp_extract(message, '{_ENGINE_ID_MAP_SQL}', 1)),

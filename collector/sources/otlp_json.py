@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import re
 from dataclasses import dataclass
 from typing import Callable
 
@@ -23,7 +24,8 @@ import orjson
 
 from ..ids import (
     REPLY_PREFIXES, UUID_RE, vllm_external_ids,
-    DISAGG_REQUEST_ID, ENGINE_REQUEST_ID, ENTRY_ROLES, INTERNAL_ID, REPLY_ID, TRACE_ID, X_REQUEST_ID,
+    BOOTSTRAP_ROOM, DISAGG_REQUEST_ID, ENGINE_REQUEST_ID, ENTRY_ROLES, INTERNAL_ID, REPLY_ID, TRACE_ID, X_REQUEST_ID,
+    bootstrap_room,
 )
 from ..records import Record
 from .parsing import Unparseable, load_object
@@ -34,6 +36,11 @@ MAX_LINE = 64 << 20
 # Spans and log records may carry prompt and reply text: LineParser(path, keep_content=True)
 # stores it when `--keep-content` asks (CONTENT_ATTRIBUTES below).
 CONTENT_FROM_USER = True
+
+# SGLang's spans: their scope, and the name of a request's root span (`<role> Req <rid's 8 chars>`,
+# the role empty on a server that answers alone).
+_SGLANG_SCOPE = "sglang server"
+_SGLANG_ROOT = re.compile(r"^(prefill|decode|) Req \S+$")
 
 # TensorRT-LLM's disaggregated server names its one span so, with no attributes.
 _TRTLLM_DISAGG_SPAN = "disaggregated_request"
@@ -401,11 +408,18 @@ class LineParser:
         pid = attrs.get("process.pid")
         # host:pid names the process as TensorRT-LLM's perf-metrics files do, so engine ids scoped
         # by either source match; it also says more than the SDK's random service.instance.id.
-        worker = f"{host}:{pid}" if host and pid and isinstance(pid, (int, str)) else instance
         vllm_pid = attrs.get("vllm.process_id")
-        if worker is None and isinstance(vllm_pid, (int, str)):
+        if host and pid and isinstance(pid, (int, str)):
+            worker = f"{host}:{pid}"
+        elif isinstance(vllm_pid, (int, str)):
             # vLLM's resource names no host: its process is its service and pid.
             worker = f"{service or 'vllm'}:{vllm_pid}"
+        elif service and any(span.scope == _SGLANG_SCOPE for span in spans):
+            # SGLang's resource names its service only (the SDK's random instance id names nothing
+            # its logs do): the server is its service, as its log file is named in the demo.
+            worker = service
+        else:
+            worker = instance
         if worker is None:
             # A Dynamo worker names its discovery instance on its handle_payload spans.
             for span in spans:
@@ -447,7 +461,7 @@ class LineParser:
         http_status = attrs.get("http.response.status_code") or attrs.get("http.status_code")
         if http_status is not None:
             record.status = str(http_status)
-        self._ids(record, attrs, worker)
+        self._ids(record, attrs, worker, span.scope)
         # Events keep their name and time (and an exception what it says; span_event).
         extra = {"span_kind": _SPAN_KINDS.get(span.kind, str(span.kind)), "scope": span.scope,
                  "status_message": span.status_message, "events": span.events, CONTENT_CHARS: content,
@@ -477,7 +491,7 @@ class LineParser:
             trace_id=log.trace_id,
             span_id=log.span_id,
         )
-        self._ids(record, attrs, worker)
+        self._ids(record, attrs, worker, log.scope)
         extra = {k: v for k, v in (("scope", log.scope), (CONTENT_CHARS, content)) if v}
         record.attrs = {**attrs, **extra} if extra else (attrs or None)
         return record
@@ -501,7 +515,10 @@ class LineParser:
         return (kept, content) if content else (attrs, None)
 
     @staticmethod
-    def _ids(record: Record, attrs: dict, worker: str | None) -> None:
+    def _ids(record: Record, attrs: dict, worker: str | None, scope: str | None = None) -> None:
+        if scope == _SGLANG_SCOPE or attrs.get("module") == "sglang::request":
+            _sglang_ids(record, attrs)
+            return
         for key, kind in _ID_ATTRIBUTES.items():
             value = attrs.get(key)
             if value is None:  # as most of these keys are, on most records
@@ -524,6 +541,18 @@ class LineParser:
                 record.add_id(INTERNAL_ID, text.lower())
             else:
                 record.add_id(ENGINE_REQUEST_ID, text, attrs.get("tracejoin.engine_worker") or worker)
+
+
+def _sglang_ids(record: Record, attrs: dict) -> None:
+    """SGLang's spans (`sglang/srt/observability/trace.py`): the request's root carries the rid's
+    last `_` part as `rid` (not an id of the request's own: `3` of `<rid>_3`) and, once finished, the
+    whole rid as `gen_ai.request.id`, the reply id; its `bootstrap_room` (hex) joins a disaggregated
+    request's prefill and decode."""
+    record.add_id(TRACE_ID, record.trace_id)
+    rid = attrs.get("gen_ai.request.id")
+    if isinstance(rid, str):
+        record.add_id(REPLY_ID, rid)
+    record.add_id(BOOTSTRAP_ROOM, bootstrap_room(attrs.get("bootstrap_room")))
 
 
 def _trtllm_span_attrs(attrs: dict) -> dict:
@@ -551,9 +580,12 @@ def _role_of_spans(spans: list[Span]) -> str | None:
     HTTP request no traced process sent it (a SERVER span with OpenTelemetry's HTTP server
     attributes and no parent); however its service is named, it is the tier a client called.
     "worker": it ran requests on an engine (TensorRT-LLM's and vLLM's `llm_request` span, which
-    carries the engine's `gen_ai.request.id` and its latencies, and no HTTP attributes)."""
+    carries the engine's `gen_ai.request.id` and its latencies, and no HTTP attributes). SGLang's
+    request root span names the server's side: `prefill Req …`, `decode Req …`, ` Req …` alone."""
     role = None
     for span in spans:
+        if span.scope == _SGLANG_SCOPE and (m := _SGLANG_ROOT.match(span.name or "")):
+            return {"prefill": "prefill", "decode": "decode"}.get(m.group(1), "agg")
         if _SPAN_KINDS.get(span.kind) != "server":
             continue
         if "http.request.method" in span.attrs or "http.method" in span.attrs:

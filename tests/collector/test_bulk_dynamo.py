@@ -34,6 +34,10 @@ LINES = [
     b"[1, 2, 3]",
     b'{"time":"2026-08-21T10:15:02.100Z","level":"INFO","target":"log","message":"Prefill Request ID: '
     + UUID.upper().encode() + b'"}',
+    b'{"time":"2026-08-21T10:15:02.100Z","level":"INFO","target":"log","message":"Submitted SGLang Request ID: '
+    b'0cc54161255d460a88ea1458594b0c25, Context: ' + UUID.encode() + b'"}',
+    b'{"time":"2026-08-21T10:15:02.100Z","level":"INFO","target":"log","message":"Submitted SGLang Request ID: '
+    b'0cc54161255d460a88ea1458594b0c25, Context: ' + UUID.encode() + b'","request_id":"' + UUID.encode() + b'"}',
     b'{"time":"2026-08-21T10:15:02.100Z","level":"INFO","target":"log","message":"Engine ID map: request_id='
     + UUID.encode() + b' trtllm_client_id=42 disagg_request_id=None"}',
     b'{"time":"2026-08-21T10:15:02.100Z","level":"INFO","target":"log","message":"Engine ID map: request_id='

@@ -1,0 +1,103 @@
+"""`trace-join demo --engine sglang`: a disaggregated SGLang deployment's records, made by a running one
+on loopback, ingested and looked up across its prefill and decode servers.
+
+SGLang needs a GPU, so its servers are simulated (sglang_server.py): two prefill and two decode servers
+writing SGLang 0.5.23's own records (sglang_formats.py: request logs, ReqTimeStats, the request-metrics
+exporter's files, spans), behind SGLang's mini load balancer with TraceJoinMiddleware. The router
+sends both sides the same body and no rid, so each names the request its own way; the bootstrap room
+it draws for them is what joins the prefill's records to the decode's, whose rid the client sees.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import httpx
+
+from tracejoin.cli import render
+from tracejoin.collector.coverage import coverage
+from tracejoin.collector.ingest import Ingester
+from tracejoin.collector.lookup import lookup
+from tracejoin.collector.service.snapshot import publish
+from tracejoin.collector.store import Store
+
+from .deployment import DeploymentError, Processes, Server
+from .sglang_server import FAILING_PROMPT, MODEL, service_log
+from .traffic import TIMEOUT_S, Sent, chat, completion, send
+
+NAMES = ("router", "prefill-0", "prefill-1", "decode-0", "decode-1")
+SESSION = "agent-session-sglang"
+
+
+class SglangDeployment(Processes):
+    names = NAMES
+    module = "tracejoin.cli.demo.sglang_server"
+
+    def options(self, name: str, addresses: dict[str, str]) -> list[str]:
+        if name == "router":
+            return ["--name", name] + [arg for server in NAMES[1:] for arg in
+                                       (f"--{server.split('-')[0]}", addresses[server])]
+        return ["--name", f"sglang-{name}"]
+
+    def log_of(self, server: Server) -> Path:
+        return service_log(self.out, f"sglang-{server.name}")
+
+
+def the_mix() -> list[Sent]:
+    return [
+        Sent("chat", *chat("Which server decoded my last request?", stream=False, model=MODEL), x_request_id=SESSION),
+        Sent("chat, streamed", *chat("Explain the bootstrap room in one line.", stream=True, model=MODEL),
+             x_request_id=SESSION),
+        Sent("completions", *completion("The KV cache moves from the prefill server to", stream=False, model=MODEL)),
+        Sent("completions, streamed", *completion("Once upon a time", stream=True, model=MODEL)),
+        Sent("chat; its decode server fails", *chat(f"Summarize the outage. {FAILING_PROMPT}", stream=False,
+                                                     model=MODEL), x_request_id=SESSION),
+        Sent("chat, streamed; the client leaves after 3 events", *chat("Tell me a long story.", stream=True,
+                                                                          max_tokens=200, model=MODEL), leave_after=3),
+    ]
+
+
+async def send_traffic(router_url: str) -> list[Sent]:
+    sent = the_mix()
+    async with httpx.AsyncClient(base_url=router_url, timeout=TIMEOUT_S) as client:
+        await asyncio.gather(*(send(client, s) for s in sent))
+    return sent
+
+
+def run_sglang_demo(store: Store, folder: str) -> None:
+    out = (Path(folder) / datetime.now(timezone.utc).strftime("sglang-%Y%m%dT%H%M%SZ")).resolve()
+    started = time.monotonic()
+    with SglangDeployment(out) as deployment:
+        print("A disaggregated SGLang deployment on loopback: simulated prefill and decode servers (SGLang needs "
+              "a GPU) writing SGLang 0.5.23's logs, metrics and spans, behind its mini load balancer")
+        for server in deployment.servers:
+            print(f"  {server.name:<10} {server.address:<16} pid {server.process.pid}")
+        sent = asyncio.run(send_traffic(deployment.router_url))
+    print(f"\nsent {len(sent)} requests; the deployment ran for {time.monotonic() - started:.1f} s")
+    for request in sent:
+        print(f"  {request.line()}")
+    replies = [s.reply_id for s in sent if s.status == 200 and s.reply_id and not s.leave_after]
+    if not replies:
+        raise DeploymentError(f"no request went through; the servers' logs are in {out / 'logs'}")
+
+    # The servers stamp their logs in this machine's local time, as SGLang does: the demo names its zone.
+    zone = datetime.now().astimezone().strftime("%z")
+    print(f"\n$ trace-join ingest --tz {zone} {shlex.quote(str(out))}\n")
+    render.ingest_summary(Ingester(store, tz=zone).ingest_paths([str(out)]), as_json=False)
+    reply = replies[0]
+    print(f"\n$ trace-join lookup {reply}\n")
+    render.lookup_text(lookup(store, reply))
+    print("\n$ trace-join coverage\n")
+    render.coverage_text(coverage(store))
+    print("\n$ trace-join snapshot\n")
+    print(render.grafana_hint(publish(store)))
+    db = shlex.quote(str(store.path))
+    lines = [(f"trace-join lookup --db {db} {reply} --json", "the same, for scripts"),
+             (f"trace-join lookup --db {db} {SESSION}", "the x-request-id three requests share"),
+             (f"trace-join requests --db {db} --errors", "the request its decode server failed")]
+    render.next_commands(lines, then=f"Then your own SGLang servers' logs: trace-join ingest --db {db} --tz ZONE "
+                                     f"followed by their log folders (docs/integrations/sglang.md).")
