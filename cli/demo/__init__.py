@@ -43,24 +43,37 @@ def run_demo(store: Store, folder: str) -> None:
     # grows by more than any worker's requests in every run (each request leaves several records).
     first_engine_request_id = store.con.execute("SELECT count(*) FROM records").fetchone()[0]
     with Deployment(out, first_engine_request_id) as deployment:
-        print("A disaggregated deployment on loopback: trace-join's stand-ins for trtllm-serve")
-        for server in deployment.servers:
-            print(f"  {server.name:<7} {server.address:<16} pid {server.process.pid}")
+        show_started("A disaggregated deployment on loopback: trace-join's stand-ins for trtllm-serve",
+                     deployment.servers)
         sent = asyncio.run(send_traffic(deployment.router_url))
+    show_sent(sent, started)
+    replies = [s.reply_id for s in sent if s.path == "/v1/responses" and s.status == 200 and s.reply_id]
+    if not replies:
+        raise DeploymentError(f"no Responses request went through; the processes' logs are in {out / 'logs'}")
+    reply = replies[0]  # the retried request's, when it went through: it was sent first
+    _print_next(store, sent, reply, walk_through(store, out, reply))
+
+
+def show_started(intro: str, servers) -> None:
+    print(intro)
+    for server in servers:
+        print(f"  {server.name:<10} {server.address:<16} pid {server.process.pid}")
+
+
+def show_sent(sent: list[Sent], started: float) -> None:
     print(f"\nsent {len(sent)} requests; the deployment ran for {time.monotonic() - started:.1f} s")
     for request in sent:
         print(f"  {request.line()}")
 
-    replies = [s.reply_id for s in sent if s.path == "/v1/responses" and s.status == 200 and s.reply_id]
-    if not replies:
-        raise DeploymentError(f"no Responses request went through; the processes' logs are in {out / 'logs'}")
 
-    # The stand-ins stamp their text logs in this machine's local time, as TensorRT-LLM does: its zone
-    # is known here, so the demo names it, as a user names their servers' zone.
+def walk_through(store: Store, out: Path, reply: str) -> dict:
+    """What a user does next, shown as they would type it: ingest the run's folder, look the reply up,
+    see coverage, write Grafana's copy. Returns the lookup's answer."""
+    # The stand-ins stamp their text logs in this machine's local time, as the engines do: its zone is
+    # known here, so the demo names it, as a user names their servers' zone.
     zone = datetime.now().astimezone().strftime("%z")
     print(f"\n$ trace-join ingest --tz {zone} {shlex.quote(str(out))}\n")
     render.ingest_summary(Ingester(store, tz=zone).ingest_paths([str(out)]), as_json=False)
-    reply = replies[0]  # the retried request's, when it went through: it was sent first
     print(f"\n$ trace-join lookup {reply}\n")
     found = lookup(store, reply)
     render.lookup_text(found)
@@ -68,7 +81,7 @@ def run_demo(store: Store, folder: str) -> None:
     render.coverage_text(coverage(store))
     print("\n$ trace-join snapshot\n")
     print(render.grafana_hint(publish(store)))
-    _print_next(store, sent, reply, found)
+    return found
 
 
 def _print_next(store: Store, sent: list[Sent], reply: str, found: dict) -> None:

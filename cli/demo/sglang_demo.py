@@ -16,18 +16,13 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-import httpx
-
 from tracejoin.cli import render
-from tracejoin.collector.coverage import coverage
-from tracejoin.collector.ingest import Ingester
-from tracejoin.collector.lookup import lookup
-from tracejoin.collector.service.snapshot import publish
 from tracejoin.collector.store import Store
 
+from . import show_sent, show_started, walk_through
 from .deployment import DeploymentError, Processes, Server
 from .sglang_server import FAILING_PROMPT, MODEL, service_log
-from .traffic import TIMEOUT_S, Sent, chat, completion, send
+from .traffic import Sent, chat, completion, send_all
 
 NAMES = ("router", "prefill-0", "prefill-1", "decode-0", "decode-1")
 SESSION = "agent-session-sglang"
@@ -61,40 +56,20 @@ def the_mix() -> list[Sent]:
     ]
 
 
-async def send_traffic(router_url: str) -> list[Sent]:
-    sent = the_mix()
-    async with httpx.AsyncClient(base_url=router_url, timeout=TIMEOUT_S) as client:
-        await asyncio.gather(*(send(client, s) for s in sent))
-    return sent
-
-
 def run_sglang_demo(store: Store, folder: str) -> None:
     out = (Path(folder) / datetime.now(timezone.utc).strftime("sglang-%Y%m%dT%H%M%SZ")).resolve()
     started = time.monotonic()
     with SglangDeployment(out) as deployment:
-        print("A disaggregated SGLang deployment on loopback: simulated prefill and decode servers (SGLang needs "
-              "a GPU) writing SGLang 0.5.23's logs, metrics and spans, behind its mini load balancer")
-        for server in deployment.servers:
-            print(f"  {server.name:<10} {server.address:<16} pid {server.process.pid}")
-        sent = asyncio.run(send_traffic(deployment.router_url))
-    print(f"\nsent {len(sent)} requests; the deployment ran for {time.monotonic() - started:.1f} s")
-    for request in sent:
-        print(f"  {request.line()}")
+        show_started("A disaggregated SGLang deployment on loopback: simulated prefill and decode servers (SGLang "
+                     "needs a GPU) writing SGLang 0.5.23's logs, metrics and spans, behind its mini load balancer",
+                     deployment.servers)
+        sent = asyncio.run(send_all(deployment.router_url, the_mix()))
+    show_sent(sent, started)
     replies = [s.reply_id for s in sent if s.status == 200 and s.reply_id and not s.leave_after]
     if not replies:
         raise DeploymentError(f"no request went through; the servers' logs are in {out / 'logs'}")
-
-    # The servers stamp their logs in this machine's local time, as SGLang does: the demo names its zone.
-    zone = datetime.now().astimezone().strftime("%z")
-    print(f"\n$ trace-join ingest --tz {zone} {shlex.quote(str(out))}\n")
-    render.ingest_summary(Ingester(store, tz=zone).ingest_paths([str(out)]), as_json=False)
     reply = replies[0]
-    print(f"\n$ trace-join lookup {reply}\n")
-    render.lookup_text(lookup(store, reply))
-    print("\n$ trace-join coverage\n")
-    render.coverage_text(coverage(store))
-    print("\n$ trace-join snapshot\n")
-    print(render.grafana_hint(publish(store)))
+    walk_through(store, out, reply)
     db = shlex.quote(str(store.path))
     lines = [(f"trace-join lookup --db {db} {reply} --json", "the same, for scripts"),
              (f"trace-join lookup --db {db} {SESSION}", "the x-request-id three requests share"),

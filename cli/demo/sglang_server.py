@@ -34,14 +34,14 @@ import httpx
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from tracejoin.middleware.outgoing import outgoing_headers
 
 from . import sglang_formats as sg
 from .openai_api import DONE, ChatCompletions, Completions, sse
-from .serving import traced_app
+from .serving import health, relayed, traced_app
 from .server_process import capture_output
 
 GRACEFUL_SHUTDOWN_S = 2
@@ -72,7 +72,7 @@ class SglangServer:
 
     def app(self) -> Starlette:
         routes = [Route(path, self._serve, methods=["POST"]) for path in APIS]
-        return Starlette(routes=[Route("/health", _health), *routes], lifespan=self._lifespan)
+        return Starlette(routes=[Route("/health", health), *routes], lifespan=self._lifespan)
 
     @contextlib.asynccontextmanager
     async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
@@ -171,24 +171,9 @@ class Router:
         upstream = await self.client.send(self.client.build_request("POST", f"http://{decode}{path}", json=body,
                                                                      headers=headers), stream=True)
         await prefilled
-        if upstream.is_error:
-            content = await upstream.aread()
-            await upstream.aclose()
-            return Response(content, status_code=upstream.status_code, media_type="application/json")
-        return StreamingResponse(_relay(upstream), status_code=upstream.status_code,
-                                 media_type=upstream.headers.get("content-type"))
+        return await relayed(upstream)
 
 
-async def _relay(upstream: httpx.Response) -> AsyncIterator[bytes]:
-    try:
-        async for chunk in upstream.aiter_bytes():
-            yield chunk
-    finally:
-        await upstream.aclose()
-
-
-async def _health(request: Request) -> Response:
-    return PlainTextResponse("")
 
 
 def main(argv: list[str] | None = None) -> None:

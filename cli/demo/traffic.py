@@ -90,6 +90,13 @@ async def send_traffic(router_url: str) -> list[Sent]:
     return [retried, *rest]
 
 
+async def send_all(url: str, sent: list[Sent]) -> list[Sent]:
+    """Send them all at once."""
+    async with httpx.AsyncClient(base_url=url, timeout=TIMEOUT_S) as client:
+        await asyncio.gather(*(send(client, s) for s in sent))
+    return sent
+
+
 async def send(client: httpx.AsyncClient, sent: Sent) -> None:
     """Send one request and note what came back: the status, the reply id (from the JSON body, or
     the first event of a stream that has one)."""

@@ -32,13 +32,13 @@ import httpx
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 from tracejoin.middleware.outgoing import outgoing_headers
 
 from .openai_api import DONE, ChatCompletions, Completions, sse
-from .serving import traced_app
+from .serving import health, relayed, traced_app
 from .server_process import capture_output
 from .vllm_formats import LlmRequestSpans, VllmLogger, engine_request_id, random_uuid, sampling_params
 
@@ -70,7 +70,7 @@ class VllmServer:
 
     def app(self) -> Starlette:
         routes = [Route(path, self._serve, methods=["POST"]) for path in APIS]
-        return Starlette(routes=[Route("/health", _health), *routes], lifespan=self._lifespan)
+        return Starlette(routes=[Route("/health", health), *routes], lifespan=self._lifespan)
 
     @contextlib.asynccontextmanager
     async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
@@ -175,24 +175,9 @@ class Proxy:
         upstream = await self.client.send(
             self.client.build_request("POST", f"http://{next(self._decode)}{http.url.path}", json=decode,
                                       headers=headers), stream=True)
-        if upstream.is_error:
-            content = await upstream.aread()
-            await upstream.aclose()
-            return Response(content, status_code=upstream.status_code, media_type="application/json")
-        return StreamingResponse(_relay(upstream), status_code=upstream.status_code,
-                                 media_type=upstream.headers.get("content-type"))
+        return await relayed(upstream)
 
 
-async def _relay(upstream: httpx.Response) -> AsyncIterator[bytes]:
-    try:
-        async for chunk in upstream.aiter_bytes():
-            yield chunk
-    finally:
-        await upstream.aclose()  # the client may have left: the decode server then aborts the request
-
-
-async def _health(request: Request) -> Response:
-    return PlainTextResponse("")
 
 
 def main(argv: list[str] | None = None) -> None:
