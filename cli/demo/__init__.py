@@ -26,8 +26,8 @@ from tracejoin.collector.lookup import lookup
 from tracejoin.collector.service.snapshot import publish
 from tracejoin.collector.store import Store
 
-from .deployment import Deployment, DeploymentError
-from .traffic import Sent, send_traffic
+from .deployment import Deployment, DeploymentError, Processes
+from .traffic import Sent, send_all, send_traffic
 
 __all__ = ["DeploymentError", "run_demo"]
 
@@ -52,6 +52,20 @@ def run_demo(store: Store, folder: str) -> None:
         raise DeploymentError(f"no Responses request went through; the processes' logs are in {out / 'logs'}")
     reply = replies[0]  # the retried request's, when it went through: it was sent first
     _print_next(store, sent, reply, walk_through(store, out, reply))
+
+
+def run_simulated(store: Store, out: Path, deployment: Processes, intro: str, mix: list[Sent]) -> str:
+    """Start the deployment, send it the mix, walk through what it recorded; the reply looked up."""
+    started = time.monotonic()
+    with deployment:
+        show_started(intro, deployment.servers)
+        sent = asyncio.run(send_all(deployment.router_url, mix))
+    show_sent(sent, started)
+    replies = [s.reply_id for s in sent if s.status == 200 and s.reply_id and not s.leave_after]
+    if not replies:
+        raise DeploymentError(f"no request went through; the servers' logs are in {out / 'logs'}")
+    walk_through(store, out, replies[0])
+    return replies[0]
 
 
 def show_started(intro: str, servers) -> None:

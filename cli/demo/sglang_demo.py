@@ -10,19 +10,17 @@ it draws for them is what joins the prefill's records to the decode's, whose rid
 
 from __future__ import annotations
 
-import asyncio
 import shlex
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 
 from tracejoin.cli import render
 from tracejoin.collector.store import Store
 
-from . import show_sent, show_started, walk_through
-from .deployment import DeploymentError, Processes, Server
+from . import run_simulated
+from .deployment import Processes, Server
 from .sglang_server import FAILING_PROMPT, MODEL, service_log
-from .traffic import Sent, chat, completion, send_all
+from .traffic import Sent, chat, completion
 
 NAMES = ("router", "prefill-0", "prefill-1", "decode-0", "decode-1")
 SESSION = "agent-session-sglang"
@@ -58,18 +56,9 @@ def the_mix() -> list[Sent]:
 
 def run_sglang_demo(store: Store, folder: str) -> None:
     out = (Path(folder) / datetime.now(timezone.utc).strftime("sglang-%Y%m%dT%H%M%SZ")).resolve()
-    started = time.monotonic()
-    with SglangDeployment(out) as deployment:
-        show_started("A disaggregated SGLang deployment on loopback: simulated prefill and decode servers (SGLang "
-                     "needs a GPU) writing SGLang 0.5.23's logs, metrics and spans, behind its mini load balancer",
-                     deployment.servers)
-        sent = asyncio.run(send_all(deployment.router_url, the_mix()))
-    show_sent(sent, started)
-    replies = [s.reply_id for s in sent if s.status == 200 and s.reply_id and not s.leave_after]
-    if not replies:
-        raise DeploymentError(f"no request went through; the servers' logs are in {out / 'logs'}")
-    reply = replies[0]
-    walk_through(store, out, reply)
+    intro = ("A disaggregated SGLang deployment on loopback: simulated prefill and decode servers (SGLang "
+             "needs a GPU) writing SGLang 0.5.23's logs, metrics and spans, behind its mini load balancer")
+    reply = run_simulated(store, out, SglangDeployment(out), intro, the_mix())
     db = shlex.quote(str(store.path))
     lines = [(f"trace-join lookup --db {db} {reply} --json", "the same, for scripts"),
              (f"trace-join lookup --db {db} {SESSION}", "the x-request-id three requests share"),

@@ -174,8 +174,6 @@ class Router:
         return await relayed(upstream)
 
 
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m tracejoin.cli.demo.sglang_server")
     parser.add_argument("role", choices=("prefill", "decode", "router"))

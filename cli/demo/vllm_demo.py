@@ -10,18 +10,16 @@ prefill and the decode server's records of one request.
 
 from __future__ import annotations
 
-import asyncio
 import shlex
-import time
 from datetime import datetime, timezone
 from pathlib import Path
 
 from tracejoin.cli import render
 from tracejoin.collector.store import Store
 
-from . import show_sent, show_started, walk_through
-from .deployment import DeploymentError, Processes, Server
-from .traffic import Sent, chat, completion, send_all
+from . import run_simulated
+from .deployment import Processes, Server
+from .traffic import Sent, chat, completion
 from .vllm_server import FAILING_PROMPT, MODEL, service_log
 
 NAMES = ("proxy", "prefill-0", "prefill-1", "decode-0", "decode-1")
@@ -58,23 +56,12 @@ def the_mix() -> list[Sent]:
 
 def run_vllm_demo(store: Store, folder: str) -> None:
     out = (Path(folder) / datetime.now(timezone.utc).strftime("vllm-%Y%m%dT%H%M%SZ")).resolve()
-    started = time.monotonic()
-    with VllmDeployment(out) as deployment:
-        show_started("A disaggregated vLLM deployment on loopback: simulated vllm serve prefill and decode "
-                     "servers (vLLM needs a GPU) writing vLLM 0.33's logs and spans, behind vLLM's P/D proxy",
-                     deployment.servers)
-        sent = asyncio.run(send_all(deployment.router_url, the_mix()))
-    show_sent(sent, started)
-    replies = [s.reply_id for s in sent if s.status == 200 and s.reply_id and not s.leave_after]
-    if not replies:
-        raise DeploymentError(f"no request went through; the servers' logs are in {out / 'logs'}")
-    reply = replies[0]
-    walk_through(store, out, reply)
+    intro = ("A disaggregated vLLM deployment on loopback: simulated vllm serve prefill and decode servers "
+             "(vLLM needs a GPU) writing vLLM 0.33's logs and spans, behind vLLM's P/D proxy")
+    reply = run_simulated(store, out, VllmDeployment(out), intro, the_mix())
     db = shlex.quote(str(store.path))
-    failed = next((s for s in sent if s.status and s.status >= 500), None)
     lines = [(f"trace-join lookup --db {db} {reply} --json", "the same, for scripts"),
-             (f"trace-join lookup --db {db} agent-session-vllm", "the x-request-id three requests share")]
-    if failed:
-        lines.append((f"trace-join requests --db {db} --errors", "the request its decode server failed"))
+             (f"trace-join lookup --db {db} agent-session-vllm", "the x-request-id three requests share"),
+             (f"trace-join requests --db {db} --errors", "the request its decode server failed")]
     render.next_commands(lines, then=f"Then your own vLLM servers' logs: trace-join ingest --db {db} --tz ZONE "
                                      f"followed by their log folders (docs/integrations/vllm.md).")

@@ -178,8 +178,6 @@ class Proxy:
         return await relayed(upstream)
 
 
-
-
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m tracejoin.cli.demo.vllm_server")
     parser.add_argument("role", choices=("prefill", "decode", "proxy"))

@@ -44,7 +44,7 @@ import orjson
 from .. import local_time
 from ..ids import BOOTSTRAP_ROOM, REPLY_ID, bootstrap_room
 from ..records import Record
-from .parsing import Unparseable
+from .parsing import Unparseable, load_object
 
 NAME = "sglang_log"
 WORKER_FROM_USER = True
@@ -150,12 +150,7 @@ class LineParser:
 
     def _request_log(self, record: Record, message: str) -> None:
         """A request log line in SGLang's JSON format (`sglang/srt/utils/request_logger.py`)."""
-        try:
-            obj = orjson.loads(message)
-        except orjson.JSONDecodeError as e:
-            raise Unparseable(f"invalid JSON after the time: {e}") from None
-        if not isinstance(obj, dict):
-            raise Unparseable(f"expected a JSON object after the time, got {type(obj).__name__}")
+        obj = load_object(message.encode())
         event, rid, stamp = obj.get("event"), obj.get("rid"), obj.get("timestamp")
         if not isinstance(event, str):
             raise Unparseable("a request log line needs its text field `event`")

@@ -46,7 +46,7 @@ import orjson
 from .. import local_time
 from ..ids import ENGINE_REQUEST_ID, INTERNAL_ID, REPLY_ID, derived, vllm_external_ids
 from ..records import Record
-from .parsing import Unparseable
+from .parsing import Unparseable, load_object
 
 NAME = "vllm_log"
 WORKER_FROM_USER = True
@@ -171,12 +171,7 @@ class LineParser:
         return self._message(m.group("message"), m.group("level"), time_ns, m.group("process"), m.group("pid"), attrs)
 
     def _json_line(self, text: str) -> Record:
-        try:
-            obj = orjson.loads(text)
-        except orjson.JSONDecodeError as e:
-            raise Unparseable(f"invalid JSON: {e}") from None
-        if not isinstance(obj, dict):
-            raise Unparseable(f"expected a JSON object, got {type(obj).__name__}")
+        obj = load_object(text.encode())
         message, level, asctime = obj.get("message"), obj.get("levelname"), obj.get("asctime")
         if not (isinstance(message, str) and isinstance(level, str) and isinstance(asctime, str)):
             raise Unparseable("a vLLM JSON line needs text fields message, levelname and asctime")
