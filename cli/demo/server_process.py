@@ -21,8 +21,7 @@ import uvicorn
 
 from . import router_app, worker_app
 from .deployment import process_log
-
-GRACEFUL_SHUTDOWN_S = 2
+from .serving import GRACEFUL_SHUTDOWN_S, capture_output
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -43,15 +42,6 @@ def main(argv: list[str] | None = None) -> None:
         app = worker_app.build_app(args.role, args.out, flaky=args.flaky, first_request_id=args.first_request_id)
     config = uvicorn.Config(app, log_level="info", timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
     uvicorn.Server(config).run(sockets=[socket.socket(fileno=args.fd)])
-
-
-def capture_output(path: Path) -> None:
-    """`exec >>path 2>&1`: what the process and its libraries print lands in one file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    log = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    os.dup2(log, 1)
-    os.dup2(log, 2)
-    os.close(log)
 
 
 if __name__ == "__main__":

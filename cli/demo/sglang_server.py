@@ -19,19 +19,15 @@ bootstrap host and port, and the decode server's reply to the client.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import contextlib
 import itertools
 import os
-import socket
 import time
 from collections.abc import AsyncIterator
 from datetime import datetime
 from pathlib import Path
 
 import httpx
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -41,10 +37,8 @@ from tracejoin.middleware.outgoing import outgoing_headers
 
 from . import sglang_formats as sg
 from .openai_api import DONE, ChatCompletions, Completions, sse
-from .serving import health, relayed, traced_app
-from .server_process import capture_output
+from .serving import engine_app, relayed, run_engine_process, traced_app
 
-GRACEFUL_SHUTDOWN_S = 2
 MODEL = "demo/tiny-llm"
 FAILING_PROMPT = "(the decode server fails on this prompt)"
 BOOTSTRAP_PORT = 8998  # --disaggregation-bootstrap-port's default
@@ -71,13 +65,7 @@ class SglangServer:
         print(sg.server_args_line(datetime.now(), role, port), flush=True)
 
     def app(self) -> Starlette:
-        routes = [Route(path, self._serve, methods=["POST"]) for path in APIS]
-        return Starlette(routes=[Route("/health", health), *routes], lifespan=self._lifespan)
-
-    @contextlib.asynccontextmanager
-    async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
-        yield
-        self.spans.shutdown()
+        return engine_app(APIS, self._serve, self.spans.shutdown)
 
     async def _serve(self, http: Request) -> Response:
         arrival = time.time()
@@ -175,22 +163,9 @@ class Router:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m tracejoin.cli.demo.sglang_server")
-    parser.add_argument("role", choices=("prefill", "decode", "router"))
-    parser.add_argument("--fd", type=int, required=True, help="a listening socket inherited from the parent")
-    parser.add_argument("--out", type=Path, required=True, help="the demo's output folder")
-    parser.add_argument("--name", required=True, help="the server's service name")
-    parser.add_argument("--prefill", action="append", default=[], help="a prefill server (router only)")
-    parser.add_argument("--decode", action="append", default=[], help="a decode server (router only)")
-    args = parser.parse_args(argv)
-    sock = socket.socket(fileno=args.fd)
-    if args.role == "router":
-        app = Router(args.out, args.prefill, args.decode).app()
-    else:
-        capture_output(service_log(args.out, args.name))
-        app = SglangServer(args.role, args.out, args.name, sock.getsockname()[1]).app()
-    config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
-    uvicorn.Server(config).run(sockets=[sock])
+    run_engine_process("tracejoin.cli.demo.sglang_server", "router",
+                       lambda out, prefill, decode: Router(out, prefill, decode).app(),
+                       lambda role, out, name, port: SglangServer(role, out, name, port).app(), service_log, argv)
 
 
 if __name__ == "__main__":

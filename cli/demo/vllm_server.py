@@ -17,19 +17,15 @@ TraceJoinMiddleware, which records the client's request, its reply id and its st
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import contextlib
 import itertools
 import os
-import socket
 import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import httpx
-import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -38,11 +34,9 @@ from starlette.routing import Route
 from tracejoin.middleware.outgoing import outgoing_headers
 
 from .openai_api import DONE, ChatCompletions, Completions, sse
-from .serving import health, relayed, traced_app
-from .server_process import capture_output
+from .serving import engine_app, relayed, run_engine_process, traced_app
 from .vllm_formats import LlmRequestSpans, VllmLogger, engine_request_id, random_uuid, sampling_params
 
-GRACEFUL_SHUTDOWN_S = 2
 MODEL = "demo/tiny-llm"
 FAILING_PROMPT = "(the decode server fails on this prompt)"
 NIXL_PORT = 5600  # VLLM_NIXL_SIDE_CHANNEL_PORT's default
@@ -69,13 +63,7 @@ class VllmServer:
         self._slot = asyncio.Lock()  # one batch at a time: concurrent requests queue
 
     def app(self) -> Starlette:
-        routes = [Route(path, self._serve, methods=["POST"]) for path in APIS]
-        return Starlette(routes=[Route("/health", health), *routes], lifespan=self._lifespan)
-
-    @contextlib.asynccontextmanager
-    async def _lifespan(self, app: Starlette) -> AsyncIterator[None]:
-        yield
-        self.spans.shutdown()
+        return engine_app(APIS, self._serve, self.spans.shutdown)
 
     async def _serve(self, http: Request) -> Response:
         arrival = time.time()
@@ -179,21 +167,9 @@ class Proxy:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m tracejoin.cli.demo.vllm_server")
-    parser.add_argument("role", choices=("prefill", "decode", "proxy"))
-    parser.add_argument("--fd", type=int, required=True, help="a listening socket inherited from the parent")
-    parser.add_argument("--out", type=Path, required=True, help="the demo's output folder")
-    parser.add_argument("--name", required=True, help="the server's service name")
-    parser.add_argument("--prefill", action="append", default=[], help="a prefill server (proxy only)")
-    parser.add_argument("--decode", action="append", default=[], help="a decode server (proxy only)")
-    args = parser.parse_args(argv)
-    if args.role == "proxy":
-        app = Proxy(args.out, args.prefill, args.decode).app()
-    else:
-        capture_output(service_log(args.out, args.name))
-        app = VllmServer(args.role, args.out, args.name).app()
-    config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
-    uvicorn.Server(config).run(sockets=[socket.socket(fileno=args.fd)])
+    run_engine_process("tracejoin.cli.demo.vllm_server", "proxy",
+                       lambda out, prefill, decode: Proxy(out, prefill, decode).app(),
+                       lambda role, out, name, port: VllmServer(role, out, name).app(), service_log, argv)
 
 
 if __name__ == "__main__":

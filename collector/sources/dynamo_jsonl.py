@@ -24,7 +24,7 @@ from . import bulk_sql
 from ..ids import DISAGG_REQUEST_ID, ENGINE_REQUEST_ID, INTERNAL_ID, PARENT_SPAN, REPLY_ID, SPAN, TRACE_ID, X_REQUEST_ID
 from ..records import Record
 from . import dynamo_request_trace
-from .parsing import HEX, Unparseable, field, hex_id, iso_to_ns, load_object
+from .parsing import HEX, field, hex_id, iso_to_ns, load_object, text_line
 
 NAME = "dynamo_jsonl"
 
@@ -192,12 +192,7 @@ class LineParser:
         raise AssertionError(f"no field of {obj!r} is wrong")
 
     def _text_line(self, line: bytes) -> Record:
-        try:
-            text = line.decode("utf-8")
-        except UnicodeDecodeError:
-            raise Unparseable("not UTF-8 text") from None
-        if "\x00" in text:
-            raise Unparseable("binary data (NUL bytes) in a text line")
+        text = text_line(line)
         record = Record(kind="log", name=text[:2000])
         m = _READABLE.match(text)
         if m:

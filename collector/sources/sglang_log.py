@@ -44,7 +44,7 @@ import orjson
 from .. import local_time
 from ..ids import BOOTSTRAP_ROOM, REPLY_ID, bootstrap_room
 from ..records import Record
-from .parsing import Unparseable, load_object
+from .parsing import Unparseable, load_object, text_line
 
 NAME = "sglang_log"
 WORKER_FROM_USER = True
@@ -105,12 +105,7 @@ class LineParser:
         self.role = state.get("role") or self.role
 
     def parse(self, line: bytes) -> list[Record]:
-        try:
-            text = line.decode("utf-8").rstrip("\r\n")
-        except UnicodeDecodeError:
-            raise Unparseable("not UTF-8 text") from None
-        if "\x00" in text:
-            raise Unparseable("binary data (NUL bytes) in a text line")
+        text = text_line(line).rstrip("\r\n")
         record = Record(kind="log", attrs={})
         m = _STAMP.match(text)
         if m is None:  # a traceback's lines, and anything else printed without SGLang's stamp

@@ -41,7 +41,7 @@ from . import bulk_sql
 from .. import local_time
 from ..ids import CTX_REQUEST_ID, DISAGG_REQUEST_ID, ENGINE_REQUEST_ID
 from ..records import Record
-from .parsing import Unparseable, worker_from_path
+from .parsing import Unparseable, text_line, worker_from_path
 
 NAME = "trtllm_log"
 # Nothing in the file names its process: the user can (`trace-join ingest --worker`).
@@ -126,12 +126,7 @@ class LineParser:
         return None if offset_s is None or self._times.clock.error else {"offset_s": str(offset_s)}
 
     def parse(self, line: bytes) -> list[Record]:
-        try:
-            text = line.decode("utf-8").rstrip("\r")
-        except UnicodeDecodeError:
-            raise Unparseable("not UTF-8 text") from None
-        if "\x00" in text:
-            raise Unparseable("binary data (NUL bytes) in a text line")
+        text = text_line(line).rstrip("\r")
         text = _strip_decorations(text)
         record = Record(kind="log")
         attrs: dict = {}

@@ -46,7 +46,7 @@ import orjson
 from .. import local_time
 from ..ids import ENGINE_REQUEST_ID, INTERNAL_ID, REPLY_ID, derived, vllm_external_ids
 from ..records import Record
-from .parsing import Unparseable, load_object
+from .parsing import Unparseable, load_object, text_line
 
 NAME = "vllm_log"
 WORKER_FROM_USER = True
@@ -123,12 +123,7 @@ class LineParser:
         self._times.restore(state.get("times") or {})
 
     def parse(self, line: bytes) -> list[Record]:
-        try:
-            text = line.decode("utf-8")
-        except UnicodeDecodeError:
-            raise Unparseable("not UTF-8 text") from None
-        if "\x00" in text:
-            raise Unparseable("binary data (NUL bytes) in a text line")
+        text = text_line(line)
         continues, self._continued = self._continued, text.endswith("\r")
         text = _ANSI.sub("", text.rstrip("\r\n"))
         if text.lstrip().startswith("{"):
