@@ -256,15 +256,25 @@ def lookup_text(result: dict, full: bool = False) -> None:
                             _offset(min(own), start) if own else "", _offset(max(own), start) if own else ""])
         columns(["worker", "role", "records", "first", "last"], workers)
         _waterfall(request)
-        timeline, styles, previous = [], [], None
+        # Records that only a steady clock timed, with nothing in the request to put that clock on
+        # UTC, are shown on their own clock: "steady" for a time, +ms from the first of them.
+        steady_start = min((r["steady_s"] for r in request["records"] if r.get("steady_s") is not None), default=None)
+        timeline, styles, previous, previous_steady = [], [], None, None
         for r in request["records"]:
             t = seconds(r["time"]) if r["time"] else None
-            delta = "" if t is None or previous is None else f"{(t - previous) * 1000:.1f}"
-            timeline.append([(r["time"] or "")[11:26], _offset(t, start) if t is not None else "", delta,
-                             f"{r['worker'] or '?'} ({r['role'] or '?'})", r["kind"],
+            steady = r.get("steady_s")
+            if t is not None:
+                cells = [r["time"][11:26], _offset(t, start), "" if previous is None else f"{(t - previous) * 1000:.1f}"]
+                previous = t
+            elif steady is not None:
+                cells = ["steady", _offset(steady, steady_start),
+                         "" if previous_steady is None else f"{(steady - previous_steady) * 1000:.1f}"]
+                previous_steady = steady
+            else:
+                cells = ["", "", ""]
+            timeline.append([*cells, f"{r['worker'] or '?'} ({r['role'] or '?'})", r["kind"],
                              ("[ambiguous] " if r.get("ambiguous") else "") + r["summary"]])
             styles.append("red" if r["failed"] else "yellow" if (r["level"] or "").upper() in ("WARN", "WARNING") else None)
-            previous = t if t is not None else previous
         columns(["time (UTC)", "+ms", "Δms", "worker", "kind", "summary"], timeline, styles)
         if full:
             for r in request["records"]:

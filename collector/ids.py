@@ -35,9 +35,13 @@ TOOL_CALL_ID = "tool_call_id"
 # SGLang's disaggregated serving: the one number a request's prefill and decode servers share (a
 # random 63-bit integer the router or the prefill server draws), in decimal.
 BOOTSTRAP_ROOM = "bootstrap_room"
+# TensorRT-LLM's disaggregated router numbers the requests it takes in its time events: a count of
+# its own, unique only within the router's process.
+ROUTER_REQUEST_ID = "router_request_id"
 
-KEY_KINDS = (REPLY_ID, INTERNAL_ID, DISAGG_REQUEST_ID, ENGINE_REQUEST_ID, CTX_REQUEST_ID, BOOTSTRAP_ROOM)
-SCOPED_KINDS = (ENGINE_REQUEST_ID, CTX_REQUEST_ID)
+KEY_KINDS = (REPLY_ID, INTERNAL_ID, DISAGG_REQUEST_ID, ENGINE_REQUEST_ID, CTX_REQUEST_ID, BOOTSTRAP_ROOM,
+             ROUTER_REQUEST_ID)
+SCOPED_KINDS = (ENGINE_REQUEST_ID, CTX_REQUEST_ID, ROUTER_REQUEST_ID)
 # Not ids a user quotes but the edges of the span tree, stored beside the ids as "<trace>/<span>":
 # the span a record belongs to, and its parent span.
 SPAN = "span"

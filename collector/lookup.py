@@ -10,8 +10,8 @@ import orjson
 from . import error_lines, local_time
 from .graph import NOT_LOOKED_UP, IdGraph, found, found_sql
 from .ids import (
-    BOOTSTRAP_ROOM, CTX_REQUEST_ID, DISAGG_REQUEST_ID, ENGINE_REQUEST_ID, INTERNAL_ID, REPLY_ID, SESSION_ID,
-    TOOL_CALL_ID, TRACE_ID, X_REQUEST_ID,
+    BOOTSTRAP_ROOM, CTX_REQUEST_ID, DISAGG_REQUEST_ID, ENGINE_REQUEST_ID, ENTRY_ROLES, INTERNAL_ID, REPLY_ID,
+    ROUTER_REQUEST_ID, SESSION_ID, TOOL_CALL_ID, TRACE_ID, X_REQUEST_ID,
     implied_by_query, pasted_id,
 )
 from .request_list import summaries
@@ -20,11 +20,11 @@ from .times import extent, failure_known_ns, ns_to_iso
 from .store import Store
 
 # When an id matches several kinds, the lookup is said to be by the strongest.
-_KIND_ORDER = [REPLY_ID, INTERNAL_ID, DISAGG_REQUEST_ID, BOOTSTRAP_ROOM, ENGINE_REQUEST_ID, CTX_REQUEST_ID, X_REQUEST_ID,
-               TOOL_CALL_ID, SESSION_ID, TRACE_ID]
-# `lookup --json`'s id kinds have no ctx_request_id: a lookup by one is reported as by an engine request
-# id, the kind it is closest to (TensorRT-LLM's context server issues it).
-_REPORTED_KIND = {CTX_REQUEST_ID: ENGINE_REQUEST_ID}
+_KIND_ORDER = [REPLY_ID, INTERNAL_ID, DISAGG_REQUEST_ID, BOOTSTRAP_ROOM, ENGINE_REQUEST_ID, CTX_REQUEST_ID,
+               ROUTER_REQUEST_ID, X_REQUEST_ID, TOOL_CALL_ID, SESSION_ID, TRACE_ID]
+# `lookup --json`'s id kinds have no ctx_request_id or router_request_id: a lookup by one is reported
+# as by an engine request id, the kind they are closest to (a number one process issued).
+_REPORTED_KIND = {CTX_REQUEST_ID: ENGINE_REQUEST_ID, ROUTER_REQUEST_ID: ENGINE_REQUEST_ID}
 _SHOWN_ID_KINDS = [REPLY_ID, INTERNAL_ID, X_REQUEST_ID, DISAGG_REQUEST_ID, BOOTSTRAP_ROOM, TRACE_ID]
 # Attributes worth a glance in a record's one-line summary.
 _SUMMARY_ATTRS = (
@@ -235,6 +235,7 @@ def _request_json(graph: IdGraph, request) -> dict:
             rec["clock"] = row["clock"]
         elif row["time_ns"] is None and row["steady_s"] is not None:
             rec["clock"] = f"steady {row['steady_s']:.6f} s, no wall-clock anchor in this request"
+            rec["steady_s"] = row["steady_s"]
         records.append(rec)
         w = workers.setdefault(row["worker"] or "?", {"worker": row["worker"], "role": row["role"], "records": 0})
         w["role"] = w["role"] or row["role"]  # a log line may not know the role its worker's spans state
@@ -423,9 +424,8 @@ def _place_steady_times(rows: list[dict]) -> None:
         if wall:
             first = min(wall, key=lambda r: r["time_ns"])
             anchors[worker] = (first["time_ns"] - round(arrival * 1e9), f"{first['name']} on {first['worker']}")
-    entry_roles = ("router", "frontend", "proxy", "agg")
     fallback = next((anchors[process(r["worker"])] for r in steady
-                     if r["role"] in entry_roles and process(r["worker"]) in anchors), None)
+                     if r["role"] in ENTRY_ROLES and process(r["worker"]) in anchors), None)
     fallback = fallback or (anchors[min(anchors)] if anchors else None)  # any, but the same every time
     for r in steady:
         anchor = anchors.get(process(r["worker"])) or fallback
