@@ -56,7 +56,8 @@ def inferred_rows(graph, rows: list[dict]) -> list[dict]:
     params = []
     for worker, extents in by_worker.items():
         params += [worker, min(a for a, _ in extents) - resolution, max(b for _, b in extents)]
-    candidates = [r for (r,) in graph.con.execute(
+    graph.store.readable_between(min(params[1::3]), max(params[2::3]) + resolution)
+    candidates = [r for (r,) in graph.store.con.execute(
         f"SELECT record_id FROM record_workers JOIN record_facts USING (record_id) "
         f"WHERE source IN {_TEXT_LOGS_SQL} AND kind = 'log' AND failed AND ({where})", params).fetchall()
         if r not in own]
@@ -76,7 +77,7 @@ def inferred_rows(graph, rows: list[dict]) -> list[dict]:
         named = set(_ADDRESS.findall(row["name"] or ""))
         if not failures or (named and not named & ports):
             continue  # no failure of this request there then, or it names a peer this request did not use
-        others = _failures_of_others(graph.con, row["worker"], second, own)
+        others = _failures_of_others(graph.store.con, row["worker"], second, own)
         row["time_ns"] = min(failures)
         row["inferred"] = True
         row["ambiguous"] = others > 0
@@ -113,7 +114,7 @@ def whole_texts(graph, rows: list[dict]) -> list[dict]:
         return rows
     held: set[int] = set()
     for head in heads.values():
-        lines = _continuation(graph.con, head)
+        lines = _continuation(graph.store, head)
         if not lines:
             continue
         held.update(r for r, _ in lines)
@@ -129,13 +130,11 @@ def whole_texts(graph, rows: list[dict]) -> list[dict]:
                                                  r["offset"], r["seq"]))
 
 
-def _continuation(con, head: dict) -> list[tuple[int, str]]:
-    """(record id, text) of the lines after the head that continue it. A file's lines are stored
-    in order, so they are the records right after it of the same file."""
+def _continuation(store, head: dict) -> list[tuple[int, str]]:
+    """(record id, text) of the lines after the head that continue it: the records right after it
+    in its file."""
     lines = []
-    for record_id, name, attrs in con.execute(
-            "SELECT record_id, name, attrs FROM records WHERE record_id > $1 AND record_id <= $1 + $2 "
-            "AND origin_id = $3 ORDER BY record_id", [head["record_id"], TRACEBACK_LINES, head["origin_id"]]).fetchall():
+    for record_id, name, attrs in store.file_lines(head, TRACEBACK_LINES, after=True):
         if not (attrs and orjson.loads(attrs).get("continues")):
             break
         lines.append((record_id, name or ""))
@@ -145,9 +144,7 @@ def _continuation(con, head: dict) -> list[tuple[int, str]]:
 def _head_of(graph, row: dict) -> dict | None:
     """The line a continuing line goes on from: the last one before it in its file that does not
     continue another, as a row of lookup's, on the worker the row was shown on."""
-    for record_id, attrs in graph.con.execute(
-            "SELECT record_id, attrs FROM records WHERE record_id < $1 AND record_id >= $1 - $2 "
-            "AND origin_id = $3 ORDER BY record_id DESC", [row["record_id"], TRACEBACK_LINES, row["origin_id"]]).fetchall():
+    for record_id, attrs in ((r, a) for r, _, a in graph.store.file_lines(row, TRACEBACK_LINES, after=False)):
         if not (attrs and orjson.loads(attrs).get("continues")):
             graph.load([record_id])
             head = _row(graph, record_id)

@@ -22,15 +22,12 @@ from dataclasses import dataclass, field
 from . import record_contract
 from .ids import KEY_KINDS, PARENT_SPAN, SCOPED_KINDS, SERVING_ROLES, SPAN
 from .requests import group_records
-from .store import Store, by_record_ids
+from .store import Store
 
 _CHUNK = 2000  # values per query
 # Ids a query is never found as: a span is named by its trace and span ids together, which no
 # one quotes.
 NOT_LOOKED_UP = (SPAN, PARENT_SPAN)
-# Up to this many values, each is looked up on its own (one row group of each id run); more are
-# joined against the whole index in one scan, which costs the same for 10 values as for 2,000.
-_FEW_VALUES = 32
 
 
 # A record's columns as the view record_workers states them (its worker and role settled against
@@ -75,7 +72,6 @@ class Request:
 class IdGraph:
     def __init__(self, store: Store):
         self.store = store
-        self.con = store.con
         self.nodes: dict[int, Node] = {}
         self._rows: dict[str, list[tuple[int, str, str | None]]] = {}  # value -> (record, kind, scope)
         self._ids: dict[int, list[tuple[str, str, str | None]]] = {}  # record -> (kind, value, scope as stored)
@@ -84,7 +80,7 @@ class IdGraph:
         self._origins: dict[int, tuple[str, bool, str | None]] = {}
         # A scope (the worker an engine id belongs to) under the process's main name, so an engine
         # id named by a perf file (host:pid) and by the middleware (host:port) is one key.
-        self._aliases = dict(self.con.execute("SELECT alias, worker FROM worker_aliases").fetchall())
+        self._aliases = store.worker_aliases()
 
     def origins(self, origin_ids) -> dict[int, tuple[str, bool, str | None]]:
         """(path or receiver's name, whether it is a file, how its local times were read) of these
@@ -92,10 +88,7 @@ class IdGraph:
         wanted = set(origin_ids) - self._origins.keys()
         if wanted:
             self._origins.update((origin_id, (path, head_len > 0, clock))
-                                 for origin_id, path, head_len, clock in self.con.execute(
-                f"SELECT origin_id, path, head_len, clock FROM origins "
-                f"WHERE origin_id IN ({','.join(map(str, sorted(wanted)))})"
-            ).fetchall())
+                                 for origin_id, path, head_len, clock in self.store.origin_rows(sorted(wanted)))
         return self._origins
 
     def warn(self, message: str) -> None:
@@ -125,7 +118,7 @@ class IdGraph:
         found may carry another value of the same hash, which rows_for leaves out."""
         key = tuple(sorted(set(values)))
         if key not in self._found:
-            self._found[key] = found(self.con, list(key))
+            self._found[key] = self.store.found(list(key))
         return self._found[key]
 
     def _read_ids(self, record_ids) -> None:
@@ -134,9 +127,7 @@ class IdGraph:
         for r in missing:
             self._ids[r] = []
         for i in range(0, len(missing), _CHUNK):
-            for record_id, kind, value, scope in self.con.execute(
-                    by_record_ids("SELECT record_id, kind, value, scope FROM record_ids WHERE {}",
-                                  missing[i:i + _CHUNK])).fetchall():
+            for record_id, kind, value, scope in self.store.ids_of(missing[i:i + _CHUNK]):
                 self._ids[record_id].append((kind, value, scope))
 
     def load(self, record_ids) -> None:
@@ -145,7 +136,7 @@ class IdGraph:
         self._read_ids(missing)
         for i in range(0, len(missing), _CHUNK):
             chunk = missing[i:i + _CHUNK]
-            for row in self.con.execute(by_record_ids(f"SELECT {_SELECT_RECORDS} FROM record_workers WHERE {{}}", chunk)).fetchall():
+            for row in self.store.record_rows(_SELECT_RECORDS, chunk):
                 self.nodes[row[0]] = Node(*row[:8], record=dict(zip(RECORD_COLUMNS, row)),
                                           ids=[(k, v, self._aliases.get(s, s)) for k, v, s in self._ids[row[0]]])
 
@@ -271,15 +262,3 @@ class IdGraph:
 def _covers(window: tuple[int, int], t: int) -> bool:
     return window[0] <= t <= window[1]
 
-
-def found(con, values: list[str]) -> set[int]:
-    """The record ids the index finds for these values by their hashes."""
-    return {r for (r,) in con.execute(found_sql(len(values)), values).fetchall()}
-
-
-def found_sql(n: int) -> str:
-    """SQL for the record ids the index finds for n values, the parameters $1 to $n, by their hashes."""
-    marks = [f"${i}" for i in range(1, n + 1)]
-    if n <= _FEW_VALUES:  # each hash a constant: one row group of each run
-        return " UNION ALL ".join(f"SELECT record_id FROM id_index WHERE key = hash({m})" for m in marks)
-    return f"SELECT record_id FROM id_index WHERE key IN (SELECT hash(unnest([{', '.join(marks)}])))"

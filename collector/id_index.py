@@ -60,6 +60,20 @@ def carriers_sql(records: str, values: str) -> str:
             f"WHERE {records} OFFSET 0) WHERE value IN ({values})")
 
 
+# Up to this many values, each is looked up on its own (one row group of each run); more are joined
+# against the whole index in one scan, which costs the same for 10 values as for 2,000.
+_FEW_VALUES = 32
+
+
+def found_sql(n: int) -> str:
+    """SQL for the record ids the index finds for n values, the parameters $1 to $n, by their
+    hashes: a record so found may carry another value of the same hash."""
+    marks = [f"${i}" for i in range(1, n + 1)]
+    if n <= _FEW_VALUES:  # each hash a constant: one row group of each run
+        return " UNION ALL ".join(f"SELECT record_id FROM id_index WHERE key = hash({m})" for m in marks)
+    return f"SELECT record_id FROM id_index WHERE key IN (SELECT hash(unnest([{', '.join(marks)}])))"
+
+
 # Defined once: it reads whatever `id_index` holds when it runs. The ids of one value, for SQL
 # written by hand (the dashboards); lookup's walk (graph.py) reads every id of the records the
 # index finds, since it goes on to walk from them, and keeps the values it asked for.

@@ -389,35 +389,14 @@ class Ingester:
             summary.quarantined += quarantined
         for source, records in (rows.records_by_source.items() if rows else ()):
             result.by_source.setdefault(source, SourceSummary()).records += records
-        also = [("INSERT OR REPLACE INTO worker_aliases VALUES (?, ?)", [alias, worker])
-                for alias, worker in self._aliases.items()]
-        if self._states:
-            also.append(self.store.parser_states_statement(self._states))
-        self._aliases, self._states = {}, {}
-        quarantined = self.store.write_batch(batch, also=also, bulk=rows)
+        aliases, states, self._aliases, self._states = self._aliases, self._states, {}, {}
+        quarantined = self.store.write_batch(batch, bulk=rows, aliases=aliases, parser_states=states)
         for i in range(min(quarantined.num_rows, 5 - len(result.quarantine_samples))):
             q = quarantined.slice(i, 1).to_pylist()[0]
             result.quarantine_samples.append(f"{q['path']}:{q['line_no']} (byte {q['offset']}): {q['reason']}")
 
     def _count_requests(self, result: IngestResult, first_new: int) -> None:
-        """Requests seen per source: distinct values of each new record's strongest key (by their
-        hashes, as the summary's count: two keys hashing alike, 1 in 10^12, would count once)."""
-        rows = self.store.con.execute(
-            """
-            WITH primary_key AS (
-                SELECT r.source, arg_min(hash(i.kind, i.scope, i.value),
-                    list_position(['internal_id', 'disagg_request_id', 'reply_id', 'engine_request_id'], i.kind)) AS k
-                FROM records r JOIN record_ids i USING (record_id)
-                WHERE r.record_id >= $first AND i.record_id >= $first
-                  AND i.kind IN ('internal_id', 'disagg_request_id', 'reply_id', 'engine_request_id')
-                  AND (i.kind <> 'engine_request_id' OR i.scope IS NOT NULL)
-                GROUP BY r.record_id, r.source
-            )
-            SELECT source, count(DISTINCT k) FROM primary_key GROUP BY source
-            """,
-            {"first": first_new},
-        ).fetchall()
-        for source, n in rows:
+        for source, n in self.store.requests_seen_since(first_new).items():
             result.by_source.setdefault(source, SourceSummary()).requests = n
 
 

@@ -8,7 +8,8 @@ from dataclasses import dataclass
 import orjson
 
 from . import error_lines, local_time
-from .graph import NOT_LOOKED_UP, IdGraph, found, found_sql
+from .graph import NOT_LOOKED_UP, IdGraph
+from .id_index import found_sql
 from .ids import (
     BOOTSTRAP_ROOM, CTX_REQUEST_ID, DISAGG_REQUEST_ID, ENGINE_REQUEST_ID, ENTRY_ROLES, INTERNAL_ID, REPLY_ID,
     ROUTER_REQUEST_ID, SESSION_ID, TOOL_CALL_ID, TRACE_ID, X_REQUEST_ID,
@@ -103,8 +104,9 @@ def wanted_ids(query: str) -> list[tuple[str, str | None]]:
 
 def carried_by_many(store: Store, query: str) -> bool:
     """Whether more than MANY_CARRIERS records may carry what a lookup of the query looks for (by
-    their keys in the index): the lookup then reads the stored requests tables."""
-    return len(found(store.con, [value for value, _ in wanted_ids(pasted_id(query))])) > MANY_CARRIERS
+    their keys in the index): the lookup then reads the stored requests tables, on a store that
+    keeps them."""
+    return store.keeps_requests and len(store.found([value for value, _ in wanted_ids(pasted_id(query))])) > MANY_CARRIERS
 
 
 def _walked(store: Store, graph: IdGraph, wanted: list[tuple[str, str | None]], window: Window, limit: int):

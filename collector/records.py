@@ -79,7 +79,7 @@ RECORDS_SCHEMA = pa.schema(
         ("span_id", pa.string()),
         ("parent_span_id", pa.string()),
         ("attrs", pa.string()),
-        ("origin_id", pa.int32()),
+        ("origin_id", pa.int64()),  # a ClickHouse store's are 63-bit
         ("offset", pa.int64()),
         ("seq", pa.int32()),
     ]
@@ -91,7 +91,7 @@ IDS_SCHEMA = pa.schema(
 _ID_LIST = pa.list_(pa.struct(list(IDS_SCHEMA)[1:]))
 QUARANTINE_SCHEMA = pa.schema(
     [
-        ("origin_id", pa.int32()),
+        ("origin_id", pa.int64()),  # a ClickHouse store's are 63-bit
         ("path", pa.string()),
         ("offset", pa.int64()),
         ("line_no", pa.int64()),

@@ -174,6 +174,21 @@ WHERE worker_names.name = settled.name
   AND (worker_names.worker <> settled.worker OR worker_names.role IS DISTINCT FROM settled.role)
 """
 
+# Requests seen per source among the records from $first on: distinct values of each record's
+# strongest key.
+REQUESTS_SEEN = """
+WITH primary_key AS (
+    SELECT r.source, arg_min(hash(i.kind, i.scope, i.value),
+        list_position(['internal_id', 'disagg_request_id', 'reply_id', 'engine_request_id'], i.kind)) AS k
+    FROM records r JOIN record_ids i USING (record_id)
+    WHERE r.record_id >= $first AND i.record_id >= $first
+      AND i.kind IN ('internal_id', 'disagg_request_id', 'reply_id', 'engine_request_id')
+      AND (i.kind <> 'engine_request_id' OR i.scope IS NOT NULL)
+    GROUP BY r.record_id, r.source
+)
+SELECT source, count(DISTINCT k) FROM primary_key GROUP BY source
+"""
+
 INDEXES = """
 CREATE INDEX IF NOT EXISTS received_sha256 ON received (sha256);
 """
@@ -360,6 +375,50 @@ class Store:
             self._settle_worker_names(0)
             self.con.execute("UPDATE meta SET value = '3' WHERE key = 'schema_version'")
 
+    # -- what a lookup reads (graph.py) ---------------------------------------------------------
+    # The few reads lookup's walk makes of the store, here so that a store of another engine
+    # (clickhouse_store.py) answers them its own way while the walk and its grouping stay one.
+
+    keeps_requests = True  # the requests tables (requests.py) are kept in the store, for readers
+
+    def worker_aliases(self) -> dict[str, str]:
+        return dict(self.con.execute("SELECT alias, worker FROM worker_aliases").fetchall())
+
+    def origin_rows(self, origin_ids) -> list[tuple[int, str, int, str | None]]:
+        """(origin_id, path, head_len, clock) of these origins."""
+        return self.con.execute(f"SELECT origin_id, path, head_len, clock FROM origins "
+                                f"WHERE origin_id IN ({','.join(map(str, origin_ids))})").fetchall()
+
+    def found(self, values: list[str]) -> set[int]:
+        """The records the id index finds for these values: those carrying one of them, and
+        perhaps a few carrying another value of the same hash (the caller checks the value)."""
+        return {r for (r,) in self.con.execute(id_index.found_sql(len(values)), values).fetchall()}
+
+    def ids_of(self, record_ids) -> list[tuple[int, str, str, str | None]]:
+        """(record_id, kind, value, scope) of every id these records carry."""
+        return self.con.execute(by_record_ids("SELECT record_id, kind, value, scope FROM record_ids WHERE {}",
+                                              record_ids)).fetchall()
+
+    def record_rows(self, columns: str, record_ids) -> list[tuple]:
+        """`columns` (SQL over the view record_workers: each record with its worker and role
+        settled, and the record contract's facts) of these records."""
+        return self.con.execute(by_record_ids(f"SELECT {columns} FROM record_workers WHERE {{}}", record_ids)).fetchall()
+
+    def readable_between(self, low_ns: int, high_ns: int) -> None:
+        """Make the records timed from low_ns to high_ns readable through `con` (error_lines.py
+        reads the records near a failure in SQL): here they are, as every record is."""
+
+    def file_lines(self, row: dict, n: int, *, after: bool) -> list[tuple[int, str | None, str | None]]:
+        """(record_id, name, attrs) of up to n records of the row's file right after it (or
+        before it, nearest first). A file's records are numbered in its order, and near."""
+        if after:
+            sql = ("SELECT record_id, name, attrs FROM records WHERE record_id > $1 AND record_id <= $1 + $2 "
+                   "AND origin_id = $3 ORDER BY record_id")
+        else:
+            sql = ("SELECT record_id, name, attrs FROM records WHERE record_id < $1 AND record_id >= $1 - $2 "
+                   "AND origin_id = $3 ORDER BY record_id DESC")
+        return self.con.execute(sql, [row["record_id"], n, row["origin_id"]]).fetchall()
+
     # -- origins -------------------------------------------------------------------------------
     # The writer keeps every origin in memory, by (head_len, fingerprint): recognizing each of 100k
     # small files with a query of its own cost more than reading it. Origins new or moved on are
@@ -439,19 +498,19 @@ class Store:
         self.con.execute(NEW_WORKER_NAMES, {"first": first_record_id})
         self.con.execute(SETTLE_WORKER_NAMES)
 
+    def requests_seen_since(self, first_record_id: int) -> dict[str, int]:
+        """Requests seen per source in the records from first_record_id on: distinct values of each
+        record's strongest key (by their hashes, as the summary's count: two keys hashing alike,
+        1 in 10^12, would count once)."""
+        return dict(self.con.execute(REQUESTS_SEEN, {"first": first_record_id}).fetchall())
+
     # What a parser learned of its file beyond its worker and role (the role votes of a file whose
-    # records decide it), kept with the file's position: in the same transaction (Store.write_batch's
-    # `also`), so a file read in parts is read as if whole.
+    # records decide it), kept with the file's position: in the same transaction (write_batch's
+    # `parser_states`), so a file read in parts is read as if whole.
     def parser_state(self, origin_id: int) -> dict | None:
         # fetchall: a result left unread would stop the Arrow tables registered after it (bulk.py)
         rows = self.con.execute("SELECT value FROM meta WHERE key = ?", [f"parser_state:{origin_id}"]).fetchall()
         return json.loads(rows[0][0]) if rows else None
-
-    @staticmethod
-    def parser_states_statement(states: dict[int, dict]) -> tuple[str, list]:
-        """One statement storing the states of many origins (a batch of small files has thousands)."""
-        return ("INSERT OR REPLACE INTO meta SELECT unnest(?::VARCHAR[]), unnest(?::VARCHAR[])",
-                [[f"parser_state:{origin_id}" for origin_id in states], [json.dumps(s) for s in states.values()]])
 
     def allocate_record_ids(self, n: int) -> int:
         """First of n consecutive record ids; one writer per database, so a counter suffices."""
@@ -464,11 +523,14 @@ class Store:
         return first
 
     def write_batch(self, batch: BatchBuilder, also: Sequence[tuple[str, list | dict]] = (),
-                    bulk: BulkRows | None = None) -> pa.Table:
+                    bulk: BulkRows | None = None, aliases: dict[str, str] | None = None,
+                    parser_states: dict[int, dict] | None = None) -> pa.Table:
         """Store one batch and the positions its origins reach, atomically, and empty the batch;
-        `also`: more (sql, parameters) statements that must commit or fail with it; `bulk`: the
-        rows DuckDB made of the lines collector/bulk.py read, numbered with the batch's records
-        and stored with them, in record order. Returns the batch's quarantined lines.
+        `bulk`: the rows DuckDB made of the lines collector/bulk.py read, numbered with the batch's
+        records and stored with them, in record order; `aliases`: other names of workers (alias →
+        main name) the parsers learned; `parser_states`: what they learned of their files, by
+        origin; `also`: more (sql, parameters) statements that must commit or fail with it.
+        Returns the batch's quarantined lines.
 
         The batch's records are let go as soon as they are Arrow tables, and those tables before
         the id index is compacted: each would add to the peak of the DuckDB work that follows."""
@@ -489,6 +551,11 @@ class Store:
                 _insert(con, "record_ids", ids, more=bulk and bulk.ids)
                 id_index.add(con, f"(SELECT * FROM record_ids WHERE record_id >= {first})")
                 _insert(con, "quarantine", quarantined)
+                for alias, worker in (aliases or {}).items():
+                    con.execute("INSERT OR REPLACE INTO worker_aliases VALUES (?, ?)", [alias, worker])
+                if parser_states:  # one statement for many origins (a batch of small files has thousands)
+                    con.execute("INSERT OR REPLACE INTO meta SELECT unnest(?::VARCHAR[]), unnest(?::VARCHAR[])",
+                                [[f"parser_state:{o}" for o in parser_states], list(map(json.dumps, parser_states.values()))])
                 for sql, parameters in also:
                     con.execute(sql, parameters)
                 _insert(con, "origins", origins, sql="INSERT OR REPLACE INTO origins BY NAME SELECT * EXCLUDE "
@@ -552,7 +619,7 @@ def _origins_table(origins) -> pa.Table:
     for origin in origins:
         origin.updated = now
     return pa.table({
-        "origin_id": pa.array([o.origin_id for o in origins], pa.int32()),
+        "origin_id": pa.array([o.origin_id for o in origins], pa.int64()),
         **{name: [getattr(o, name) for o in origins] for name in ("path", "source")},
         "head_len": pa.array([o.head_len for o in origins], pa.int32()),
         "fingerprint": [o.fingerprint for o in origins],
