@@ -42,7 +42,7 @@ def _options(
     """trace-join's own options, before any command."""
 
 
-DbOption = typer.Option(None, "--db", help="DuckDB store (default: $TRACEJOIN_DB, else ./tracejoin.duckdb)")
+DbOption = typer.Option(None, "--store", "--db", help="The store: a DuckDB file, chdb:FOLDER or clickhouse://HOST:PORT/DB (default: $TRACEJOIN_STORE, else $TRACEJOIN_DB, else ./tracejoin.duckdb)")
 JsonOption = typer.Option(False, "--json", help="Print JSON for scripts.")
 
 

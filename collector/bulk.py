@@ -197,7 +197,7 @@ class BulkReader:
             file.consumed = piece.end(read.lines)
             self.reached(file.origin, file.parser, file.consumed, file.line_no)
         tables = {
-            "bulk_pieces": _table(piece_rows, f=pa.int32(), first_record_id=pa.int64(), origin_id=pa.int32(),
+            "bulk_pieces": _table(piece_rows, f=pa.int32(), first_record_id=pa.int64(), origin_id=pa.int64(),
                                   source=pa.string(), piece_offset=pa.int64(), lines_read=pa.int64()),
             "bulk_taken": _table(taken_rows, f=pa.int32(), idx=pa.int32(), shift=pa.int64()),
             "bulk_scopes": _table(scope_rows, f=pa.int32(), idx=pa.int32(), scope=pa.string()),

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import Any, Callable
 
 from .lookup import DEFAULT_LIMIT, Window, carried_by_many, lookup
-from .store import Store
+from .store import Store, StoreError
 
 
 def _lookup(store: Store, p: dict) -> dict:
@@ -33,10 +33,7 @@ def _coverage(store: Store, p: dict) -> dict:
 
 
 def _quarantine(store: Store, p: dict) -> list[dict]:
-    cur = store.con.execute(
-        'SELECT path, line_no, "offset", reason, excerpt FROM quarantine ORDER BY path, line_no LIMIT ?', [p["limit"]]
-    )
-    return [dict(zip(("path", "line", "offset", "reason", "excerpt"), row)) for row in cur.fetchall()]
+    return [dict(zip(("path", "line", "offset", "reason", "excerpt"), row)) for row in store.quarantined(p["limit"])]
 
 
 def _files(store: Store, p: dict) -> list[dict]:
@@ -59,7 +56,14 @@ QUERIES: dict[str, Callable[[Store, dict], Any]] = {
 }
 
 
+# Queries written for the DuckDB store only: they read the requests tables, which a ClickHouse
+# store does not keep (clickhouse_store.py), or its files' positions as a DuckDB store keeps them.
+_DUCKDB_ONLY = {"requests", "coverage", "files"}
+
+
 def run_query(store: Store, name: str, params: dict) -> Any:
+    if name in _DUCKDB_ONLY and not store.keeps_requests:
+        raise StoreError(f"`{name}` runs on a DuckDB store only; on ClickHouse, lookup and quarantine do")
     return QUERIES[name](store, params)
 
 
@@ -71,7 +75,7 @@ READ_REQUESTS = {"requests", "coverage"}
 def stores_first(store: Store, name: str, params: dict) -> bool:
     """Whether the query, run on this store opened for writing, would store something first: the
     requests tables, lagging the records (a lookup reads them for an id many records carry)."""
-    if name not in READ_REQUESTS and not (name == "lookup" and carried_by_many(store, params["id"])):
+    if not store.keeps_requests or (name not in READ_REQUESTS and not (name == "lookup" and carried_by_many(store, params["id"]))):
         return False
     from .requests import requests_current
 

@@ -39,7 +39,7 @@ CREATE TABLE IF NOT EXISTS meta (key VARCHAR PRIMARY KEY, value VARCHAR);
 -- One row per input file (or stream) read; `fingerprint` is a hash of its first `head_len` bytes,
 -- which recognizes the same bytes again under another name and a file that grew since.
 CREATE TABLE IF NOT EXISTS origins (
-    origin_id   INTEGER PRIMARY KEY,
+    origin_id   BIGINT PRIMARY KEY,
     path        VARCHAR NOT NULL,
     source      VARCHAR NOT NULL,
     head_len    INTEGER NOT NULL,
@@ -69,7 +69,7 @@ CREATE TABLE IF NOT EXISTS records (
     span_id     VARCHAR,           -- the span the record belongs to (its own span, for spans)
     parent_span_id VARCHAR,
     attrs       JSON,
-    origin_id   INTEGER NOT NULL,
+    origin_id   BIGINT NOT NULL,
     "offset"    BIGINT NOT NULL,   -- byte offset of the line in its origin
     seq         INTEGER NOT NULL   -- index of the record within its line
 );
@@ -124,7 +124,7 @@ LEFT JOIN worker_names n ON n.name = coalesce(r.worker, o.worker);
 -- it lost is acknowledged without storing it twice (`sha256`). A scraped answer is stored raw first
 -- (`body`), because the endpoint forgets what it returned, and cleared once parsed.
 CREATE TABLE IF NOT EXISTS received (
-    origin_id INTEGER NOT NULL,
+    origin_id BIGINT NOT NULL,
     "offset"  BIGINT NOT NULL,     -- the body's number in its origin, = records."offset"
     sha256    VARCHAR NOT NULL,
     received  TIMESTAMP NOT NULL,
@@ -132,7 +132,7 @@ CREATE TABLE IF NOT EXISTS received (
 );
 
 CREATE TABLE IF NOT EXISTS quarantine (
-    origin_id INTEGER NOT NULL,
+    origin_id BIGINT NOT NULL,
     path      VARCHAR NOT NULL,
     "offset"  BIGINT NOT NULL,
     line_no   BIGINT NOT NULL,
@@ -174,20 +174,28 @@ WHERE worker_names.name = settled.name
   AND (worker_names.worker <> settled.worker OR worker_names.role IS DISTINCT FROM settled.role)
 """
 
-# Requests seen per source among the records from $first on: distinct values of each record's
-# strongest key.
-REQUESTS_SEEN = """
-WITH primary_key AS (
+def request_keys_sql(records: str, ids: str) -> str:
+    """(source, key) of each record of `records` that carries a key (`ids`: their ids), the key
+    its strongest (by its hash: two keys hashing alike, 1 in 10^12, count once)."""
+    return f"""
     SELECT r.source, arg_min(hash(i.kind, i.scope, i.value),
         list_position(['internal_id', 'disagg_request_id', 'reply_id', 'engine_request_id'], i.kind)) AS k
-    FROM records r JOIN record_ids i USING (record_id)
-    WHERE r.record_id >= $first AND i.record_id >= $first
-      AND i.kind IN ('internal_id', 'disagg_request_id', 'reply_id', 'engine_request_id')
+    FROM {records} r JOIN {ids} i USING (record_id)
+    WHERE i.kind IN ('internal_id', 'disagg_request_id', 'reply_id', 'engine_request_id')
       AND (i.kind <> 'engine_request_id' OR i.scope IS NOT NULL)
-    GROUP BY r.record_id, r.source
-)
-SELECT source, count(DISTINCT k) FROM primary_key GROUP BY source
-"""
+    GROUP BY r.record_id, r.source"""
+
+
+def worker_roles_sql(facts: str) -> str:
+    """(instance_id, role) of the workers the entry server named, in these rows of record facts
+    (`facts`, with prefill_worker and decode_worker), one role each."""
+    return f"""
+    SELECT DISTINCT ON (instance_id) instance_id, role FROM (
+        SELECT prefill_worker AS instance_id, 'prefill' AS role FROM {facts} WHERE prefill_worker IS NOT NULL
+        UNION ALL
+        SELECT decode_worker, 'decode' FROM {facts} WHERE decode_worker IS NOT NULL
+    )"""
+
 
 INDEXES = """
 CREATE INDEX IF NOT EXISTS received_sha256 ON received (sha256);
@@ -247,10 +255,21 @@ class StoreLocked(StoreError):
 
 
 def default_db_path() -> str:
-    return os.environ.get("TRACEJOIN_DB", DEFAULT_DB)
+    """The store commands use without --store: $TRACEJOIN_STORE, else $TRACEJOIN_DB, else ./tracejoin.duckdb."""
+    return os.environ.get("TRACEJOIN_STORE") or os.environ.get("TRACEJOIN_DB", DEFAULT_DB)
+
+
+def is_clickhouse(spec: str | os.PathLike | None) -> bool:
+    return str(spec or default_db_path()).startswith(("chdb:", "clickhouse://"))
 
 
 def open_store(path: str | os.PathLike | None = None, *, read_only: bool = False) -> "Store":
+    """The store at `path`: a DuckDB file, or `chdb:FOLDER` or `clickhouse://HOST:PORT/DB` for
+    ClickHouse (clickhouse_store.py)."""
+    if is_clickhouse(path):
+        from .clickhouse_store import open_clickhouse_store
+
+        return open_clickhouse_store(str(path or default_db_path()), read_only=read_only)
     path = Path(path or default_db_path())
     if read_only and not path.exists():
         raise StoreError(f"no database at {path}: run `trace-join ingest --db {path} FILES...` first")
@@ -381,6 +400,11 @@ class Store:
 
     keeps_requests = True  # the requests tables (requests.py) are kept in the store, for readers
 
+    @staticmethod
+    def _picked(select: str, record_ids) -> str:
+        """`select`, its `{}` a condition on record_id, for these records (by_record_ids)."""
+        return by_record_ids(select, record_ids)
+
     def worker_aliases(self) -> dict[str, str]:
         return dict(self.con.execute("SELECT alias, worker FROM worker_aliases").fetchall())
 
@@ -396,13 +420,13 @@ class Store:
 
     def ids_of(self, record_ids) -> list[tuple[int, str, str, str | None]]:
         """(record_id, kind, value, scope) of every id these records carry."""
-        return self.con.execute(by_record_ids("SELECT record_id, kind, value, scope FROM record_ids WHERE {}",
-                                              record_ids)).fetchall()
+        return self.con.execute(self._picked("SELECT record_id, kind, value, scope FROM record_ids WHERE {}",
+                                             record_ids)).fetchall()
 
     def record_rows(self, columns: str, record_ids) -> list[tuple]:
         """`columns` (SQL over the view record_workers: each record with its worker and role
         settled, and the record contract's facts) of these records."""
-        return self.con.execute(by_record_ids(f"SELECT {columns} FROM record_workers WHERE {{}}", record_ids)).fetchall()
+        return self.con.execute(self._picked(f"SELECT {columns} FROM record_workers WHERE {{}}", record_ids)).fetchall()
 
     def readable_between(self, low_ns: int, high_ns: int) -> None:
         """Make the records timed from low_ns to high_ns readable through `con` (error_lines.py
@@ -418,6 +442,11 @@ class Store:
             sql = ("SELECT record_id, name, attrs FROM records WHERE record_id < $1 AND record_id >= $1 - $2 "
                    "AND origin_id = $3 ORDER BY record_id DESC")
         return self.con.execute(sql, [row["record_id"], n, row["origin_id"]]).fetchall()
+
+    def quarantined(self, limit: int) -> list[tuple]:
+        """(path, line_no, offset, reason, excerpt) of the first `limit` quarantined lines."""
+        return self.con.execute('SELECT path, line_no, "offset", reason, excerpt FROM quarantine '
+                                'ORDER BY path, line_no LIMIT ?', [limit]).fetchall()
 
     # -- origins -------------------------------------------------------------------------------
     # The writer keeps every origin in memory, by (head_len, fingerprint): recognizing each of 100k
@@ -477,19 +506,8 @@ class Store:
         with transaction(self.con):
             row = self.con.execute("SELECT value FROM meta WHERE key = 'workers_settled_to'").fetchone()
             first = int(row[0]) + 1 if row else 0
-            self.con.execute(
-                """
-                INSERT OR REPLACE INTO worker_roles
-                SELECT DISTINCT ON (instance_id) instance_id, role FROM (
-                    SELECT prefill_worker AS instance_id, 'prefill' AS role FROM record_facts
-                    WHERE record_id >= $first AND prefill_worker IS NOT NULL
-                    UNION ALL
-                    SELECT decode_worker, 'decode' FROM record_facts
-                    WHERE record_id >= $first AND decode_worker IS NOT NULL
-                )
-                """,
-                {"first": first},
-            )
+            self.con.execute("INSERT OR REPLACE INTO worker_roles "
+                             + worker_roles_sql(f"(SELECT * FROM record_facts WHERE record_id >= {first})"))
             self._settle_worker_names(first)
             self.con.execute("INSERT OR REPLACE INTO meta SELECT 'workers_settled_to', "
                              "CAST(coalesce(max(record_id), 0) AS VARCHAR) FROM records")
@@ -502,7 +520,9 @@ class Store:
         """Requests seen per source in the records from first_record_id on: distinct values of each
         record's strongest key (by their hashes, as the summary's count: two keys hashing alike,
         1 in 10^12, would count once)."""
-        return dict(self.con.execute(REQUESTS_SEEN, {"first": first_record_id}).fetchall())
+        since = f"(SELECT * FROM {{}} WHERE record_id >= {int(first_record_id)})"
+        keys = request_keys_sql(since.format("records"), since.format("record_ids"))
+        return dict(self.con.execute(f"SELECT source, count(DISTINCT k) FROM ({keys}) GROUP BY source").fetchall())
 
     # What a parser learned of its file beyond its worker and role (the role votes of a file whose
     # records decide it), kept with the file's position: in the same transaction (write_batch's

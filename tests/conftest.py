@@ -29,6 +29,16 @@ def db(tmp_path) -> Path:
     return tmp_path / "store.duckdb"
 
 
+@pytest.fixture(params=["duckdb", "chdb"])
+def either_store(request, tmp_path) -> Path | str:
+    """A store of each engine in turn: a module whose commands must answer alike on DuckDB and on
+    ClickHouse (chdb, its engine in process) takes it as its `db`."""
+    if request.param == "chdb":
+        pytest.importorskip("chdb", reason="chdb (ClickHouse's engine in process) is not installed")
+        return f"chdb:{tmp_path / 'store.chdb'}"
+    return tmp_path / "store.duckdb"
+
+
 @pytest.fixture
 def tj(db):
     """Run `trace-join ARGS... --db DB` as a user would, in a separate process."""

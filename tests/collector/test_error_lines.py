@@ -6,7 +6,15 @@ tracing module names the attributes) are reproduced from its sources' formats.""
 
 from __future__ import annotations
 
+import pytest
+
 import orjson
+
+
+@pytest.fixture
+def db(either_store):
+    """Every lookup here answers alike on a DuckDB store and on a ClickHouse one."""
+    return either_store
 
 HOST, PID = "gpu-node-2", 4242
 SECOND_NS = 1_796_035_710_000_000_000  # 2026-11-30T10:48:30Z, the second the log lines are stamped with

@@ -3,9 +3,17 @@ workers), built field for field as Dynamo 1.6.1 writes them by DynamoSample."""
 
 from __future__ import annotations
 
+import pytest
+
 import json
 
 from tracejoin.cli.demo.dynamo_formats import DynamoSample
+
+
+@pytest.fixture
+def db(either_store):
+    """Every lookup here answers alike on a DuckDB store and on a ClickHouse one."""
+    return either_store
 
 # Per successful request, as Dynamo 1.6.1 writes them: 7 frontend lines (request received, Selected
 # worker and route request completed per hop, request completed, http response sent), 2 prefill

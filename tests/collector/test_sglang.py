@@ -21,6 +21,12 @@ from tracejoin.collector import local_time
 from tracejoin.collector.ids import BOOTSTRAP_ROOM, REPLY_ID
 from tracejoin.collector.sources import detect, otlp_json, sglang_log, sglang_metrics
 
+
+@pytest.fixture
+def db(either_store):
+    """Every lookup here answers alike on a DuckDB store and on a ClickHouse one."""
+    return either_store
+
 RID_P, RID_D = "0cc54161255d460a88ea1458594b0c25", "6fe306df34c644c3bb7a53f17e26ddaa"
 ROOM = 5190375227361583513
 AT = datetime(2026, 8, 20, 10, 15, 4, 315702)

@@ -4,11 +4,19 @@ wall clock through an anchor, and a retried context request's abandoned disagg i
 
 from __future__ import annotations
 
+import pytest
+
 import orjson
 
 from .test_trtllm_perf_metrics import (
     DISAGG_A, DISAGG_B, disagg_line, file_name, timing, worker_line, write,
 )
+
+
+@pytest.fixture
+def db(either_store):
+    """Every lookup here answers alike on a DuckDB store and on a ClickHouse one."""
+    return either_store
 
 WALL_START_NS = 1_796_035_710_000_000_000  # when the worker's llm_request span started
 
@@ -46,7 +54,7 @@ def test_perf_records_are_placed_on_the_wall_clock_by_the_same_process_span(tj, 
     assert perf[0]["clock"] == f"steady {arrival - 0.006:.6f} s, placed by llm_request on gpu-node-2:4242"
 
 
-def test_a_retried_context_requests_abandoned_disagg_id_is_an_orphan_not_a_wrong_join(tj, tmp_path):
+def test_a_retried_context_requests_abandoned_disagg_id_is_an_orphan_not_a_wrong_join(tj, tmp_path, db):
     """The disaggregated server re-mints the disagg id when it retries a context request; its
     record names only the last one. The first context attempt, on another ctx worker, is then
     reached by no reply: an orphan, joined to nothing else."""
@@ -66,6 +74,8 @@ def test_a_retried_context_requests_abandoned_disagg_id_is_an_orphan_not_a_wrong
     [orphan] = tj("lookup", str(DISAGG_A), "--json").json()["requests"]
     assert [w["worker"] for w in orphan["workers"]] == ["ctx-a:11"]
 
+    if str(db).startswith("chdb:"):
+        return  # coverage runs on a DuckDB store only
     coverage = tj("coverage", "--json").json()
     assert coverage["replies"] == 1
     assert coverage["joined"]["both_workers"] == 1

@@ -12,6 +12,12 @@ from tracejoin.cli.demo.trtllm_formats import perf_metrics, worker_record
 from tracejoin.collector.sources import detect, trtllm_time_events
 from tracejoin.collector.sources.parsing import Unparseable
 
+
+@pytest.fixture
+def db(either_store):
+    """Every lookup here answers alike on a DuckDB store and on a ClickHouse one."""
+    return either_store
+
 TIMING = {"arrival_time": 1000.0, "first_scheduled_time": 1000.01, "first_token_time": 1000.05,
           "last_token_time": 1000.5}
 

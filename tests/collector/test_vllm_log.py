@@ -28,6 +28,12 @@ from tracejoin.collector.sources import detect
 from tests.collector.test_otlp_json import write_protobuf_json
 
 
+@pytest.fixture
+def db(either_store):
+    """Every lookup here answers alike on a DuckDB store and on a ClickHouse one."""
+    return either_store
+
+
 
 
 def write_log(path, lines: list[str], modified=datetime(2026, 8, 21, tzinfo=timezone.utc)) -> None:

@@ -1,0 +1,507 @@
+"""ClickHouse as the store, for a fleet that outgrows one DuckDB file: `--store chdb:PATH`
+(ClickHouse's engine in this process, chdb) or `--store clickhouse://HOST:PORT/DB` (a server,
+through clickhouse-connect).
+
+Many writers (a collector on each node) share one database, and ClickHouse has no transactions
+across tables, so every row is keyed by where it was read, and a retry stores nothing twice:
+
+- a record's id is a hash of its origin, its byte offset there and its index in its line; an
+  origin's id a hash of its first bytes and of how many origins began with the same bytes before
+  it. A file read again after a crash, by this writer or another, gives the same ids;
+- every table is a ReplacingMergeTree keyed by those ids and read with FINAL, so the rows of an
+  insert made twice count once;
+- a batch's rows go in before the positions its files reach: a writer killed in between reads the
+  same lines again and writes the same rows.
+
+Parsing runs as for the DuckDB store, on a DuckDB connection of this process's own, in memory
+(`con`), which holds each batch while it is written. A lookup's reads bring the records it walks
+into that connection, with the naming tables (a row for each file and each worker name), so the
+walk, the grouping into requests and the record contract run as they do on a DuckDB store, over
+those records.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pyarrow as pa
+
+from . import id_index, record_contract
+from .duckdb_engine import connect, with_arrow
+from .records import BatchBuilder
+from .sources import otel_clickhouse_tables as otel
+from .store import (
+    SCHEMA, SCHEMA_VERSION, SETTLE_WORKER_NAMES, BulkRows, Origin, Store, StoreError, registered, request_keys_sql,
+    worker_roles_sql,
+)
+
+SCHEMES = ("chdb:", "clickhouse://")
+DATABASE = "tracejoin"  # chdb's, and a server's when the URL names none
+
+# A record's id from its place: 63 bits of the MD5 of its origin, offset and index in its line. Two
+# records of a store of n records share one with a chance of about n² / 2^64 (10^-4 at 50M records).
+_RECORD_ID = "CAST(md5_number(concat_ws(':', origin_id, \"offset\", seq)) >> 65 AS BIGINT)"
+# An hour of records a partition: a fleet's lookups read the last day or so, and old hours go whole.
+_HOUR = "toYYYYMMDD(fromUnixTimestamp64Nano(ifNull(time_ns, 0))) * 100 + toHour(fromUnixTimestamp64Nano(ifNull(time_ns, 0)))"
+
+CLICKHOUSE_SCHEMA = [
+    "CREATE TABLE IF NOT EXISTS meta (key String, value String, updated DateTime64(6) DEFAULT now64(6)) "
+    "ENGINE = ReplacingMergeTree(updated) ORDER BY key",
+    # A record's ids are kept with it, for the walk that reads a record and goes on from its ids;
+    # record_ids finds records by an id's value.
+    f"""CREATE TABLE IF NOT EXISTS records (
+        record_id Int64, time_ns Nullable(Int64), steady_s Nullable(Float64), source LowCardinality(String),
+        kind LowCardinality(String), worker Nullable(String), role Nullable(String), level Nullable(String),
+        name Nullable(String), duration_ns Nullable(Int64), status Nullable(String), entry Bool,
+        trace_id Nullable(String), span_id Nullable(String), parent_span_id Nullable(String), attrs Nullable(String),
+        origin_id Int64, offset Int64, seq Int32,
+        ids Array(Tuple(kind String, value String, scope Nullable(String))),
+        INDEX by_record_id record_id TYPE bloom_filter GRANULARITY 1,
+        INDEX by_time time_ns TYPE minmax GRANULARITY 1
+    ) ENGINE = ReplacingMergeTree PARTITION BY {_HOUR} ORDER BY (origin_id, offset, seq)""",
+    f"""CREATE TABLE IF NOT EXISTS record_ids (
+        value String, kind LowCardinality(String), scope Nullable(String), record_id Int64, time_ns Nullable(Int64)
+    ) ENGINE = ReplacingMergeTree PARTITION BY {_HOUR} ORDER BY (value, kind, record_id)""",
+    """CREATE TABLE IF NOT EXISTS origins (
+        origin_id Int64, path String, source String, head_len Int32, fingerprint String, consumed Int64,
+        lines Int64, worker Nullable(String), role Nullable(String), updated DateTime64(6),
+        clock Nullable(String), parser_state Nullable(String)
+    ) ENGINE = ReplacingMergeTree(updated) ORDER BY origin_id""",
+    """CREATE TABLE IF NOT EXISTS quarantine (
+        origin_id Int64, path String, offset Int64, line_no Int64, reason String, excerpt Nullable(String)
+    ) ENGINE = ReplacingMergeTree ORDER BY (origin_id, offset)""",
+    "CREATE TABLE IF NOT EXISTS worker_aliases (alias String, worker String, updated DateTime64(6) DEFAULT now64(6)) "
+    "ENGINE = ReplacingMergeTree(updated) ORDER BY alias",
+    "CREATE TABLE IF NOT EXISTS worker_roles (instance_id String, role String, updated DateTime64(6) DEFAULT now64(6)) "
+    "ENGINE = ReplacingMergeTree(updated) ORDER BY instance_id",
+    # Every name a record or a file gave its worker: what a reader settles (store.py, worker_names).
+    "CREATE TABLE IF NOT EXISTS worker_names (name String) ENGINE = ReplacingMergeTree ORDER BY name",
+]
+_RECORD_COLUMNS = ("record_id", "time_ns", "steady_s", "source", "kind", "worker", "role", "level", "name",
+                   "duration_ns", "status", "entry", "trace_id", "span_id", "parent_span_id", "attrs", "origin_id",
+                   "offset", "seq")
+# What error_lines.py reads near a failure: lines at a level worth a look, or with a status.
+_WORRYING = "upper(ifNull(level, '')) IN ('WARN', 'WARNING', 'ERROR', 'CRITICAL', 'FATAL') OR status IS NOT NULL"
+
+
+# The databases where a lookup looks for the OpenTelemetry Collector's tables: the store's own, then
+# the ClickHouse exporter's default.
+OTEL_DATABASES = ("currentDatabase()", "'otel'")
+_SPAN_VALUE = re.compile(r"^([0-9a-f]{32})/([0-9a-f]{16})$")  # a span as the id graph names it
+
+
+def quoted(value) -> str:
+    """A value as a ClickHouse literal."""
+    if value is None:
+        return "NULL"
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return repr(value)
+    return "'" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def _listed(values) -> str:
+    return ", ".join(map(quoted, values))
+
+
+class ClickHouseError(StoreError):
+    """ClickHouse refused a statement, or could not be reached."""
+
+
+class Chdb:
+    """ClickHouse's engine in this process (chdb), on a folder of its own."""
+
+    def __init__(self, path: str):
+        try:
+            from chdb import session
+        except ImportError:
+            raise StoreError("--store chdb:PATH needs chdb: pip install chdb") from None
+        try:
+            self._session = session.Session(path)
+            self._session.query(f"CREATE DATABASE IF NOT EXISTS {DATABASE}")
+            self._session.query(f"USE {DATABASE}")
+        except Exception as e:  # chdb raises its own ChdbError, or RuntimeError for a folder in use
+            raise ClickHouseError(f"cannot open chdb at {path}: {_first_line(e)}") from None
+
+    def command(self, sql: str) -> None:
+        self._run(sql)
+
+    def arrow(self, sql: str) -> pa.Table:
+        return self._run(sql, "ArrowTable")
+
+    def insert(self, table: str, rows: pa.Table) -> None:
+        columns = ", ".join(f"`{c}`" for c in rows.column_names)
+        self._run(f"INSERT INTO {table} ({columns}) SELECT {columns} FROM Python(rows)", rows=rows)
+
+    def _run(self, sql: str, fmt: str = "CSV", rows: pa.Table | None = None):
+        try:
+            return self._session.query(sql, fmt)  # Python(rows) finds `rows` among this frame's names
+        except Exception as e:
+            raise ClickHouseError(f"ClickHouse: {_first_line(e)}") from None
+
+    def close(self) -> None:
+        self._session.close()
+
+
+class Server:
+    """A ClickHouse server, through its official client over HTTP."""
+
+    def __init__(self, url: str):
+        try:
+            import clickhouse_connect
+        except ImportError:
+            raise StoreError("--store clickhouse://… needs clickhouse-connect: pip install clickhouse-connect") from None
+        u = urlparse(url)
+        database = u.path.strip("/") or DATABASE
+        try:
+            self._client = clickhouse_connect.get_client(host=u.hostname or "localhost", port=u.port or 8123,
+                                                         username=u.username or "default", password=u.password or "")
+            self._client.command(f"CREATE DATABASE IF NOT EXISTS `{database}`")
+            self._client.database = database
+        except Exception as e:
+            raise ClickHouseError(f"cannot reach ClickHouse at {u.hostname}:{u.port or 8123}: {_first_line(e)}") from None
+
+    def command(self, sql: str) -> None:
+        self._call(self._client.command, sql)
+
+    def arrow(self, sql: str) -> pa.Table:
+        return self._call(self._client.query_arrow, sql)
+
+    def insert(self, table: str, rows: pa.Table) -> None:
+        self._call(self._client.insert_arrow, table, rows)
+
+    @staticmethod
+    def _call(method, *args):
+        try:
+            return method(*args)
+        except Exception as e:
+            raise ClickHouseError(f"ClickHouse: {_first_line(e)}") from None
+
+    def close(self) -> None:
+        self._client.close()
+
+
+def _hash63(text: str) -> int:
+    """63 bits of the text's MD5, as DuckDB's `md5_number(text) >> 65` gives them."""
+    return int.from_bytes(hashlib.md5(text.encode()).digest(), "little") >> 65
+
+
+def _first_line(e: Exception) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]
+
+
+def open_clickhouse_store(spec: str, *, read_only: bool) -> "ClickHouseStore":
+    engine = Chdb(spec[len("chdb:"):]) if spec.startswith("chdb:") else Server(spec)
+    store = ClickHouseStore(engine, spec, read_only=read_only)
+    try:
+        store.create_or_check_schema()
+    except BaseException:
+        store.close()
+        raise
+    return store
+
+
+class ClickHouseStore(Store):
+    keeps_requests = False  # requests, coverage and the dashboards' tables are the DuckDB store's
+
+    def __init__(self, engine: Chdb | Server, spec: str, *, read_only: bool):
+        with_arrow()
+        con = connect(":memory:", read_only=False)
+        con.execute(SCHEMA)  # the batch being written, and what a lookup brought in
+        id_index.create(con)
+        super().__init__(con, Path(spec), read_only=read_only)
+        self.spec = spec
+        self.engine = engine
+        self._states: dict[int, dict] = {}  # parsers' states, read with the origins
+        self._brought: set[int] = set()  # records in `con`
+        self._naming_read = False
+        self._requests_seen: dict[str, set[int]] = {}  # key hashes of the requests written, by source
+        self._otel: dict[str, Origin] | None = None  # the exporter's tables found, each read as an origin
+
+    def close(self) -> None:
+        super().close()
+        self.engine.close()
+
+    def create_or_check_schema(self) -> None:
+        rows = self.engine.arrow("SELECT value FROM meta FINAL WHERE key = 'schema_version'").to_pylist() \
+            if self._has_meta() else []
+        if rows:
+            if int(rows[0]["value"]) != SCHEMA_VERSION:
+                raise StoreError(f"{self.spec} has schema version {rows[0]['value']}, this trace-join uses "
+                                 f"{SCHEMA_VERSION}: use the trace-join release that wrote it, or another database")
+            return
+        if self.read_only:
+            raise StoreError(f"{self.spec} holds no trace-join store: run `trace-join ingest --store {self.spec} "
+                             f"FILES...` first")
+        for statement in CLICKHOUSE_SCHEMA:
+            self.engine.command(statement)
+        self.engine.command(f"INSERT INTO meta (key, value) VALUES ('schema_version', '{SCHEMA_VERSION}')")
+
+    def _has_meta(self) -> bool:
+        return bool(self.engine.arrow("SELECT name FROM system.tables WHERE database = currentDatabase() "
+                                      "AND name = 'meta'").num_rows)
+
+    # -- origins, read from ClickHouse -----------------------------------------------------------
+
+    def _origins_by_head(self) -> dict[tuple[int, str], list[Origin]]:
+        if self._origins is None:
+            self._origins = {}
+            rows = self.engine.arrow(
+                "SELECT origin_id, path, source, head_len, fingerprint, consumed, lines, worker, role, "
+                "toUnixTimestamp64Micro(updated) / 1e6 AS updated, clock, parser_state FROM origins FINAL").to_pylist()
+            for row in rows:
+                state = row.pop("parser_state")
+                if state is not None:
+                    self._states[row["origin_id"]] = json.loads(state)
+                self._origins.setdefault((row["head_len"], row["fingerprint"]), []).append(Origin(**row))
+            self._head_lengths = {head_len for head_len, _ in self._origins}
+        return self._origins
+
+    def new_origin(self, path: str, source: str, head_len: int, fingerprint: str) -> Origin:
+        """An origin whose id any writer gives the same file: its head, and how many origins
+        began with that head before it (a file truncated and begun again is another origin)."""
+        before = len(self._origins_by_head().get((head_len, fingerprint), ()))
+        origin = super().new_origin(path, source, head_len, fingerprint)
+        origin.origin_id = _hash63(f"{head_len}:{fingerprint}:{before}")
+        return origin
+
+    def parser_state(self, origin_id: int) -> dict | None:
+        self._origins_by_head()
+        return self._states.get(origin_id)
+
+    # -- writes ------------------------------------------------------------------------------------
+
+    def write_batch(self, batch: BatchBuilder, also=(), bulk: BulkRows | None = None,
+                    aliases: dict[str, str] | None = None, parser_states: dict[int, dict] | None = None) -> pa.Table:
+        """As the DuckDB store's, with the record ids of the records' places, and the rows in before
+        the positions (the module's doc)."""
+        if also:
+            raise StoreError("the collector's receivers and scraper write to a DuckDB store only")
+        con = self.con
+        try:
+            first = bulk.first_record_id if bulk else self.allocate_record_ids(batch.record_count)
+            records, ids, quarantined = batch.tables(first, bulk.batch_record_ids if bulk else None)
+            origins = list(batch.origins.values())
+            batch.clear()
+            tables = {"batch_records": records, "batch_record_ids": ids, **(bulk.tables if bulk else {})}
+            with registered(con, tables):
+                more = f" UNION ALL BY NAME ({bulk.records})" if bulk else ""
+                con.execute(f"CREATE OR REPLACE TEMP TABLE write_records AS SELECT * REPLACE ({_RECORD_ID} AS record_id), "
+                            f"record_id AS batch_id FROM (SELECT * FROM batch_records{more})")
+                more = f" UNION ALL BY NAME ({bulk.ids})" if bulk else ""
+                con.execute(f"CREATE OR REPLACE TEMP TABLE write_ids AS SELECT r.record_id, i.kind, i.value, i.scope, "
+                            f"r.time_ns FROM (SELECT * FROM batch_record_ids{more}) i JOIN write_records r "
+                            f"ON r.batch_id = i.record_id")
+            del records, ids
+            self._write_rows(quarantined, origins, aliases or {}, parser_states or {})
+        except BaseException:
+            self._next_record_id = None
+            self._origins = None
+            raise
+        finally:
+            con.complete()  # a failed statement's result, left unread
+            con.execute("DROP TABLE IF EXISTS write_records; DROP TABLE IF EXISTS write_ids")
+        return quarantined
+
+    def _write_rows(self, quarantined: pa.Table, origins: list[Origin], aliases: dict[str, str],
+                    parser_states: dict[int, dict]) -> None:
+        con, engine = self.con, self.engine
+        engine.insert("records", con.sql(
+            "WITH carried AS (SELECT record_id, list({'kind': kind, 'value': value, 'scope': scope}) AS ids "
+            "FROM write_ids GROUP BY record_id) "
+            f"SELECT {', '.join(f'r.{c}' for c in _RECORD_COLUMNS)}, coalesce(c.ids, []) AS ids "
+            "FROM write_records r LEFT JOIN carried c USING (record_id)").to_arrow_table())
+        engine.insert("record_ids", con.sql("SELECT value, kind, scope, record_id, time_ns FROM write_ids").to_arrow_table())
+        if quarantined.num_rows:
+            engine.insert("quarantine", quarantined)
+        facts = f"(SELECT record_id, {record_contract.columns('prefill_worker', 'decode_worker')} FROM write_records)"
+        roles = con.sql(worker_roles_sql(facts)).to_arrow_table()
+        if roles.num_rows:
+            engine.insert("worker_roles", roles)
+        if aliases:
+            engine.insert("worker_aliases", pa.table({"alias": list(aliases), "worker": list(aliases.values())}))
+        names = con.sql("SELECT DISTINCT worker AS name FROM write_records WHERE worker IS NOT NULL").to_arrow_table()
+        names = pa.concat_tables([names, pa.table({"name": pa.array([o.worker for o in origins if o.worker], pa.string())})])
+        if names.num_rows:
+            engine.insert("worker_names", names)
+        for source, key in con.execute(request_keys_sql("write_records", "write_ids")).fetchall():
+            self._requests_seen.setdefault(source, set()).add(key)
+        # Last: the files' positions, which say the rows above are stored.
+        self._states.update(parser_states)
+        if origins:
+            engine.insert("origins", pa.table({
+                "origin_id": pa.array([o.origin_id for o in origins], pa.int64()),
+                **{name: pa.array([getattr(o, name) for o in origins], pa.string())
+                   for name in ("path", "source", "fingerprint", "worker", "role", "clock")},
+                "head_len": pa.array([o.head_len for o in origins], pa.int32()),
+                "consumed": pa.array([o.consumed for o in origins], pa.int64()),
+                "lines": pa.array([o.lines for o in origins], pa.int64()),
+                "updated": pa.array([int(o.updated * 1e6) for o in origins], pa.timestamp("us")),
+                "parser_state": pa.array([json.dumps(self._states[o.origin_id]) if o.origin_id in self._states else None
+                                          for o in origins], pa.string()),
+            }))
+
+    def settle_workers(self) -> None:
+        """Nothing to do here: with many writers, each reader settles the names (_read_naming)."""
+
+    def requests_seen_since(self, first_record_id: int) -> dict[str, int]:
+        """The requests this store's writes saw, by source (its record ids do not count up)."""
+        return {source: len(keys) for source, keys in self._requests_seen.items()}
+
+    # -- reads: what a lookup walks, brought into `con` ------------------------------------------
+
+    def _read_naming(self) -> None:
+        """The naming tables, and every worker's name settled over them as store.py settles them."""
+        if self._naming_read:
+            return
+        con = self.con
+        tables = {
+            "ch_origins": self.engine.arrow(
+                "SELECT origin_id, path, source, head_len, fingerprint, consumed, lines, worker, role, updated, clock "
+                "FROM origins FINAL"),
+            "ch_aliases": self.engine.arrow("SELECT alias, worker FROM worker_aliases FINAL"),
+            "ch_roles": self.engine.arrow("SELECT instance_id, role FROM worker_roles FINAL"),
+            "ch_names": self.engine.arrow("SELECT name FROM worker_names FINAL"),
+        }
+        with registered(con, tables):
+            con.execute("INSERT INTO origins BY NAME SELECT * REPLACE (CAST(updated AS TIMESTAMP) AS updated) FROM ch_origins")
+            con.execute("INSERT INTO worker_aliases SELECT alias, worker FROM ch_aliases")
+            con.execute("INSERT INTO worker_roles SELECT instance_id, role FROM ch_roles")
+            con.execute("INSERT OR IGNORE INTO worker_names SELECT name, name, NULL FROM ch_names "
+                        "UNION SELECT worker, worker, NULL FROM ch_origins WHERE worker IS NOT NULL")
+        for origin in self._otel_tables().values():
+            con.execute("INSERT OR IGNORE INTO origins VALUES (?, ?, ?, 0, ?, 0, 0, NULL, NULL, NULL, NULL)",
+                        [origin.origin_id, origin.path, origin.source, origin.fingerprint])
+        con.execute(SETTLE_WORKER_NAMES)
+        self._naming_read = True
+
+    def _bring(self, where: str) -> list[int]:
+        """The records `where` (ClickHouse SQL) picks, with their ids, into `con`; their record ids."""
+        self._read_naming()
+        rows = self.engine.arrow(f"SELECT {', '.join(_RECORD_COLUMNS)}, ids FROM records FINAL WHERE {where}")
+        if not rows.num_rows:
+            return []
+        record_ids = rows.column("record_id").to_pylist()
+        with registered(self.con, {"brought": rows}):
+            new = "FROM brought WHERE record_id NOT IN (SELECT unnest(?::BIGINT[]))"
+            known = [sorted(self._brought)]
+            self.con.execute(f"INSERT INTO records BY NAME SELECT * EXCLUDE (ids) {new}", known)
+            self.con.execute(f"INSERT INTO record_ids SELECT record_id, i.kind, i.value, i.scope "
+                             f"FROM (SELECT record_id, unnest(ids) AS i {new})", known)
+        self._brought.update(record_ids)
+        return record_ids
+
+    @staticmethod
+    def _picked(select: str, record_ids) -> str:
+        """One list: `con` holds only the records brought, and their ids, hashes, lie far apart."""
+        return select.replace("{}", f"record_id IN ({','.join(map(str, record_ids)) or 'NULL'})")
+
+    def _bring_ids(self, record_ids) -> None:
+        missing = sorted(set(record_ids) - self._brought)
+        for i in range(0, len(missing), 2000):
+            self._bring(f"record_id IN ({_listed(missing[i:i + 2000])})")
+
+    def worker_aliases(self) -> dict[str, str]:
+        self._read_naming()
+        return super().worker_aliases()
+
+    def origin_rows(self, origin_ids) -> list[tuple[int, str, int, str | None]]:
+        self._read_naming()
+        return super().origin_rows(origin_ids)
+
+    def found(self, values: list[str]) -> set[int]:
+        """The records carrying these values: trace-join's, and the spans and log records of the
+        OpenTelemetry Collector's tables that carry one (brought into `con` as they are found)."""
+        rows = self.engine.arrow(f"SELECT DISTINCT record_id FROM record_ids WHERE value IN ({_listed(values)})")
+        return set(rows.column("record_id").to_pylist()) | self._found_in_otel(values)
+
+    # -- the OpenTelemetry Collector's tables (sources/otel_clickhouse_tables.py) -----------------
+
+    def _otel_tables(self) -> dict[str, Origin]:
+        """The exporter's tables in this ClickHouse, by kind: each an origin of its own, with no
+        file head (as a receiver's)."""
+        if self._otel is None:
+            self._otel = {}
+            for database in OTEL_DATABASES:
+                for row in self.engine.arrow(f"SELECT database, name FROM system.tables WHERE database = {database} "
+                                             f"AND name IN ('{otel.TRACES}', '{otel.LOGS}')").to_pylist():
+                    if row["name"] not in self._otel:
+                        table = f"`{row['database']}`.`{row['name']}`"
+                        origin_id = _hash63(f"otel:{table}")
+                        self._otel[row["name"]] = Origin(origin_id, table, "otlp_json", 0, table, 0, 0)
+        return self._otel
+
+    def _found_in_otel(self, values: list[str]) -> set[int]:
+        """Spans and log records with one of the values as their trace id or an attribute's value,
+        or (a value `trace/span`) as their span or a span's parent."""
+        tables = self._otel_tables()
+        spans = [m.groups() for m in map(_SPAN_VALUE.match, values) if m]
+        plain = [v for v in values if not _SPAN_VALUE.match(v)]
+        found: set[int] = set()
+        for name, origin in tables.items():
+            attributes = "SpanAttributes" if name == otel.TRACES else "LogAttributes"
+            where = []
+            if plain:
+                where += [f"TraceId IN ({_listed(plain)})", f"hasAny(mapValues({attributes}), [{_listed(plain)}])"]
+            if spans:
+                listed = ", ".join(f"({quoted(t)}, {quoted(s)})" for t, s in spans)
+                where.append(f"(TraceId, SpanId) IN ({listed})")
+                if name == otel.TRACES:
+                    where.append(f"(TraceId, ParentSpanId) IN ({listed})")
+            if not where:
+                continue
+            columns = otel.SPAN_COLUMNS if name == otel.TRACES else otel.LOG_COLUMNS
+            rows = self.engine.arrow(f"SELECT {columns} FROM {origin.path} WHERE {' OR '.join(where)}").to_pylist()
+            found |= self._bring_otel(origin, rows, otel.span_records if name == otel.TRACES else otel.log_records)
+        return found
+
+    def _bring_otel(self, origin: Origin, rows: list[dict], records_of) -> set[int]:
+        """The rows as records in `con`, each at an offset its own content names (a span by its
+        trace and span id), so that it has one record id however often it is found."""
+        self._read_naming()
+        batch = BatchBuilder(origin.source, origin)
+        for row, record in zip(rows, records_of(rows)):
+            batch.add([record], _hash63(json.dumps(row, sort_keys=True, default=str)))
+        if not batch.record_count:
+            return set()
+        records, ids, _ = batch.tables(0)
+        with registered(self.con, {"otel_records": records, "otel_ids": ids}):
+            self.con.execute(f"CREATE OR REPLACE TEMP TABLE otel_brought AS SELECT * REPLACE ({_RECORD_ID} AS record_id), "
+                             f"record_id AS batch_id FROM otel_records")
+            known = [sorted(self._brought)]
+            self.con.execute("INSERT INTO records BY NAME SELECT * EXCLUDE (batch_id) FROM otel_brought "
+                             "WHERE record_id NOT IN (SELECT unnest(?::BIGINT[]))", known)
+            self.con.execute("INSERT INTO record_ids SELECT r.record_id, i.kind, i.value, i.scope FROM otel_ids i "
+                             "JOIN otel_brought r ON r.batch_id = i.record_id "
+                             "WHERE r.record_id NOT IN (SELECT unnest(?::BIGINT[]))", known)
+            record_ids = {r for (r,) in self.con.execute("SELECT record_id FROM otel_brought").fetchall()}
+            self.con.execute("DROP TABLE otel_brought")
+        self._brought |= record_ids
+        return record_ids
+
+    def ids_of(self, record_ids) -> list[tuple[int, str, str, str | None]]:
+        self._bring_ids(record_ids)
+        return super().ids_of(record_ids)
+
+    def record_rows(self, columns: str, record_ids) -> list[tuple]:
+        self._bring_ids(record_ids)
+        return super().record_rows(columns, record_ids)
+
+    def readable_between(self, low_ns: int, high_ns: int) -> None:
+        self._bring(f"time_ns BETWEEN {int(low_ns)} AND {int(high_ns)} AND ({_WORRYING})")
+
+    def file_lines(self, row: dict, n: int, *, after: bool) -> list[tuple[int, str | None, str | None]]:
+        place = f"({int(row['offset'])}, {int(row['seq'])})"
+        where, order = (f"(offset, seq) > {place}", "offset, seq") if after else \
+            (f"(offset, seq) < {place}", "offset DESC, seq DESC")
+        rows = self.engine.arrow(f"SELECT record_id, name, attrs FROM records FINAL WHERE origin_id = {int(row['origin_id'])} "
+                                 f"AND {where} ORDER BY {order} LIMIT {int(n)}")
+        return [(r["record_id"], r["name"], r["attrs"]) for r in rows.to_pylist()]
+
+    def quarantined(self, limit: int) -> list[tuple]:
+        rows = self.engine.arrow(f"SELECT path, line_no, offset, reason, excerpt FROM quarantine FINAL "
+                                 f"ORDER BY path, line_no LIMIT {int(limit)}")
+        return [tuple(r.values()) for r in rows.to_pylist()]

@@ -1,0 +1,212 @@
+"""The ClickHouse store (collector/clickhouse_store.py) on chdb, ClickHouse's engine in process: what
+a fleet's many writers rely on (the same lines stored once, whoever reads them and however often,
+and a writer killed at any moment losing and duplicating nothing), and the commands it does not
+run saying so. The lookups themselves are held to the DuckDB store's answers by the lookup tests,
+which run on both (`either_store`)."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tracejoin.cli.demo.dynamo_formats import DynamoSample
+from tracejoin.collector.store import StoreError, open_store
+
+from ..conftest import assert_one_clear_line
+
+pytest.importorskip("chdb", reason="chdb (ClickHouse's engine in process) is not installed")
+
+
+def _stored(spec: str) -> tuple[int, int, int]:
+    """Records, ids and quarantined lines in the store, each counted once (FINAL)."""
+    with open_store(spec, read_only=True) as store:
+        return tuple(store.engine.arrow(f"SELECT count() AS n FROM {table} FINAL").column("n")[0].as_py()
+                     for table in ("records", "record_ids", "quarantine"))
+
+
+def _stored_or_none(spec: str) -> int:
+    """Records stored, 0 where a kill came before the store was made."""
+    try:
+        return _stored(spec)[0]
+    except StoreError:
+        return 0
+
+
+def _sample(folder, requests: int) -> DynamoSample:
+    sample = DynamoSample()
+    for i in range(requests):
+        sample.add(offset_ms=i * 7)
+    sample.write(folder)
+    return sample
+
+
+def test_the_same_lines_are_stored_once_by_any_number_of_writers(tj, tmp_path):
+    spec = f"chdb:{tmp_path / 'fleet.chdb'}"
+    sample = _sample(tmp_path / "logs", 5)
+    frontend = tmp_path / "logs" / "frontend.stderr.jsonl"
+    bad_line = len(frontend.read_bytes().splitlines()) + 1
+    with open(frontend, "a") as f:
+        f.write('{"time": 12}\n')  # a Dynamo line without its target: quarantined
+    first = tj("ingest", tmp_path / "logs", "--store", spec, with_db=False)
+    assert first.code == 2 and "quarantined" in first.out
+    once = _stored(spec)
+    assert once[0] > 5 * 15 and once[2] == 1
+
+    # Read again, and by a second writer that found the files under another path: nothing new.
+    copy = tmp_path / "node-b"
+    copy.mkdir()
+    for f in (tmp_path / "logs").iterdir():
+        (copy / f.name).write_bytes(f.read_bytes())
+    assert tj("ingest", tmp_path / "logs", "--store", spec, with_db=False).code == 0
+    assert tj("ingest", copy, "--store", spec, with_db=False).code == 0
+    assert _stored(spec) == once
+
+    quarantine = tj("quarantine", "--json", "--store", spec, with_db=False).json()
+    assert [(q["path"], q["line"], q["reason"]) for q in quarantine] == [(str(frontend), bad_line, "missing field 'target'")]
+    [request] = tj("lookup", sample.requests[2].reply_id, "--json", "--store", spec, with_db=False).json()["requests"]
+    assert {w["role"] for w in request["workers"]} == {"frontend", "prefill", "decode"}
+
+
+# An ingest in batches of 40 records, so that a kill lands between two of its writes.
+_INGEST_IN_SMALL_BATCHES = """
+import sys
+from tracejoin.collector.ingest import Ingester
+from tracejoin.collector.store import StoreError, open_store
+with open_store(sys.argv[1]) as store:
+    Ingester(store, batch_records=40).ingest_paths(sys.argv[2:])
+"""
+
+
+def test_a_writer_killed_at_any_moment_loses_and_duplicates_nothing(tmp_path):
+    _sample(tmp_path / "logs", 60)
+    argv = lambda spec: [sys.executable, "-c", _INGEST_IN_SMALL_BATCHES, spec, str(tmp_path / "logs")]
+    whole = f"chdb:{tmp_path / 'whole.chdb'}"
+    start = time.monotonic()
+    subprocess.run(argv(whole), check=True, timeout=300)
+    took = time.monotonic() - start
+    expected = _stored(whole)
+
+    rng = random.Random(7)
+    for round in range(3):  # until a kill lands part way: on a busy machine a run may take longer
+        spec = f"chdb:{tmp_path / f'killed-{round}.chdb'}"
+        stored_at_kills = []
+        for _ in range(4):
+            p = subprocess.Popen(argv(spec), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            try:
+                p.wait(timeout=rng.uniform(0.3, 1.0) * took)
+            except subprocess.TimeoutExpired:
+                p.send_signal(signal.SIGKILL)
+                p.wait()
+            stored_at_kills.append(_stored_or_none(spec))
+        if any(0 < n < expected[0] for n in stored_at_kills):
+            break
+    subprocess.run(argv(spec), check=True, timeout=300)
+    assert any(0 < n < expected[0] for n in stored_at_kills), stored_at_kills  # a kill landed part way
+    assert _stored(spec) == expected
+
+
+def test_commands_the_clickhouse_store_does_not_run_say_so_in_one_line(tj, tmp_path):
+    spec = f"chdb:{tmp_path / 'fleet.chdb'}"
+    empty = tj("lookup", "chatcmpl-x", "--store", spec, with_db=False)
+    assert empty.code != 0
+    assert_one_clear_line(empty)
+    assert "trace-join ingest --store" in empty.err
+
+    _sample(tmp_path / "logs", 1)
+    assert tj("ingest", tmp_path / "logs", "--store", spec, with_db=False).code == 0
+    for command in ("requests", "coverage"):
+        run = tj(command, "--store", spec, with_db=False)
+        assert run.code != 0
+        assert_one_clear_line(run)
+        assert "DuckDB store only" in run.err
+
+
+def test_the_store_is_chosen_by_tracejoin_store(tmp_path):
+    spec = f"chdb:{tmp_path / 'fleet.chdb'}"
+    sample = _sample(tmp_path / "logs", 1)
+    env = {**os.environ, "TRACEJOIN_STORE": spec}
+    run = lambda *args: subprocess.run([sys.executable, "-m", "tracejoin.cli", *args], cwd=tmp_path, env=env,
+                                       capture_output=True, text=True, timeout=120)
+    assert run("ingest", str(tmp_path / "logs")).returncode == 0
+    assert run("lookup", sample.requests[0].reply_id, "--json").returncode == 0
+    assert not (tmp_path / "tracejoin.duckdb").exists()
+
+
+@pytest.mark.skipif(not os.environ.get("TRACEJOIN_CLICKHOUSE_URL"),
+                    reason="no ClickHouse server: TRACEJOIN_CLICKHOUSE_URL=clickhouse://HOST:PORT/DB names one "
+                           "(none can be installed here: Debian's package is from 2018)")
+def test_a_clickhouse_server_through_clickhouse_connect(tj, tmp_path):
+    spec = os.environ["TRACEJOIN_CLICKHOUSE_URL"]
+    sample = _sample(tmp_path / "logs", 3)
+    assert tj("ingest", tmp_path / "logs", "--store", spec, with_db=False).code == 0
+    [request] = tj("lookup", sample.requests[1].reply_id, "--json", "--store", spec, with_db=False).json()["requests"]
+    assert {w["role"] for w in request["workers"]} == {"frontend", "prefill", "decode"}
+
+
+# The OpenTelemetry Collector's ClickHouse exporter's tables, columns as its
+# internal/sqltemplates/traces_table.sql and logs_table.sql create them (MergeTree, no TTL, without
+# the skip indexes, which change what is read, not what is found). The Collector, in Go, cannot run
+# here: the rows below are written as its exporter writes a span and a log record (ids in lowercase
+# hex, kinds and status codes by traceutil's names, every attribute as text).
+OTEL_TABLES = [
+    """CREATE TABLE otel.otel_traces (
+        Timestamp DateTime64(9), TraceId String, SpanId String, ParentSpanId String, TraceState String,
+        SpanName LowCardinality(String), SpanKind LowCardinality(String), ServiceName LowCardinality(String),
+        ResourceAttributes Map(LowCardinality(String), String), ScopeName String, ScopeVersion String,
+        SpanAttributes Map(LowCardinality(String), String), Duration UInt64, StatusCode LowCardinality(String),
+        StatusMessage String,
+        Events Nested (Timestamp DateTime64(9), Name LowCardinality(String), Attributes Map(LowCardinality(String), String)),
+        Links Nested (TraceId String, SpanId String, TraceState String, Attributes Map(LowCardinality(String), String))
+    ) ENGINE = MergeTree PARTITION BY toDate(Timestamp) ORDER BY (ServiceName, SpanName, toDateTime(Timestamp), Timestamp)""",
+    """CREATE TABLE otel.otel_logs (
+        Timestamp DateTime64(9), TimestampTime DateTime DEFAULT toDateTime(Timestamp), TraceId String, SpanId String,
+        TraceFlags UInt8, SeverityText LowCardinality(String), SeverityNumber UInt8, ServiceName LowCardinality(String),
+        Body String, ResourceSchemaUrl LowCardinality(String), ResourceAttributes Map(LowCardinality(String), String),
+        ScopeSchemaUrl LowCardinality(String), ScopeName String, ScopeVersion LowCardinality(String),
+        ScopeAttributes Map(LowCardinality(String), String), LogAttributes Map(LowCardinality(String), String)
+    ) ENGINE = MergeTree PARTITION BY toDate(TimestampTime) ORDER BY (ServiceName, TimestampTime, Timestamp)""",
+]
+
+
+def test_lookup_joins_what_the_opentelemetry_collector_wrote_to_clickhouse(tj, tmp_path):
+    """A gateway in front of Dynamo, traced by the plain OpenTelemetry SDK and exported through the
+    Collector's ClickHouse exporter: its span and its log line are found where the exporter wrote
+    them, by its x-request-id and by the reply id, on one timeline with Dynamo's records."""
+    spec = f"chdb:{tmp_path / 'fleet.chdb'}"
+    sample = DynamoSample()
+    gateway_span = "5e1f2a3b4c5d6e7f"
+    request = sample.add(client_parent_span=gateway_span)
+    sample.write(tmp_path / "logs")
+    assert tj("ingest", tmp_path / "logs", "--store", spec, with_db=False).code == 0
+    [before] = tj("lookup", request.reply_id, "--json", "--store", spec, with_db=False).json()["requests"]
+    start = min(r["time"] for r in before["records"])
+
+    resource = "{'service.name': 'gateway', 'host.name': 'gw-1', 'process.pid': '77'}"
+    with open_store(spec) as store:
+        store.engine.command("CREATE DATABASE otel")
+        for table in OTEL_TABLES:
+            store.engine.command(table)
+        store.engine.command(f"""INSERT INTO otel.otel_traces (Timestamp, TraceId, SpanId, ParentSpanId, SpanName,
+            SpanKind, ServiceName, ResourceAttributes, ScopeName, SpanAttributes, Duration, StatusCode, StatusMessage)
+            VALUES (parseDateTime64BestEffort('{start}', 9) - INTERVAL 2 MILLISECOND, '{request.trace_id}', '{gateway_span}',
+            '', 'POST /v1/chat/completions', 'SPAN_KIND_SERVER', 'gateway', {resource}, 'opentelemetry.instrumentation.asgi',
+            {{'http.request.method': 'POST', 'http.route': '/v1/chat/completions', 'http.response.status_code': '200',
+              'http.request.header.x-request-id': 'gw-7'}}, 250000000, 'STATUS_CODE_UNSET', '')""")
+        store.engine.command(f"""INSERT INTO otel.otel_logs (Timestamp, TraceId, SpanId, SeverityText, ServiceName, Body,
+            ResourceAttributes, ScopeName, LogAttributes)
+            VALUES (parseDateTime64BestEffort('{start}', 9) - INTERVAL 1 MILLISECOND, '{request.trace_id}', '{gateway_span}',
+            'INFO', 'gateway', 'forwarding to the Dynamo frontend', {resource}, 'gateway', {{}})""")
+
+    for query in ("gw-7", request.reply_id):
+        [found] = tj("lookup", query, "--json", "--store", spec, with_db=False).json()["requests"]
+        assert len(found["records"]) == len(before["records"]) + 2, query
+        first, second = found["records"][:2]
+        assert (first["worker"], first["kind"], first["name"]) == ("gw-1:77", "span", "POST /v1/chat/completions")
+        assert (second["worker"], second["kind"], second["name"]) == ("gw-1:77", "log", "forwarding to the Dynamo frontend")
+        assert found["ids"]["x_request_id"] == ["gw-7"]
