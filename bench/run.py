@@ -20,10 +20,10 @@ from pathlib import Path
 
 import duckdb
 
-from . import ingest, lookup, memory, middleware, otlp
+from . import fleet, ingest, lookup, memory, middleware, otlp
 from .common import Config, Row
 
-BENCHMARKS = ("ingest", "lookup", "middleware", "otlp", "memory")
+BENCHMARKS = ("ingest", "lookup", "middleware", "otlp", "memory", "fleet")
 # (default, --quick) sizes
 SIZES = {
     "ingest_lines": (200_000, 20_000),
@@ -33,6 +33,7 @@ SIZES = {
     "ttfb_requests": (1000, 200),
     "otlp_spans": (5_120, 2_048),  # Phoenix stores ~100 spans/s here: its run dominates
     "memory_mb": (256, 32),
+    "fleet_records": (50_000_000, 1_100_000),
     "runs": (3, 2),
 }
 
@@ -95,6 +96,7 @@ def main(argv: list[str] | None = None) -> None:
         "middleware": lambda: middleware.run(cfg, size("middleware_seconds"), size("ttfb_requests"), notes),
         "otlp": lambda: otlp.run(cfg, size("otlp_spans"), args.phoenix, notes),
         "memory": lambda: memory.run(cfg, size("memory_mb"), notes),
+        "fleet": lambda: fleet.run(cfg, size("fleet_records"), size("ingest_lines"), notes),
     }
     started = time.monotonic()
     for name in BENCHMARKS:
