@@ -20,7 +20,7 @@ import re
 
 import orjson
 
-from .times import extent, failure_known_ns, ns_to_iso
+from .times import extent, failure_known_ns, ns_to_iso, shown_order
 
 # The text-log sources and the resolution of their times (ns): their lines are the ones that name
 # no request, and a line's time says only in which second it was written.
@@ -126,8 +126,7 @@ def whole_texts(graph, rows: list[dict]) -> list[dict]:
     for head in heads.values():  # a head found from a line it holds takes that line's place
         if head["record_id"] not in shown and "text" in head:
             shown[head["record_id"]] = head
-    return sorted(shown.values(), key=lambda r: (r["time_ns"] is None, r["time_ns"] or 0, r["origin_id"],
-                                                 r["offset"], r["seq"]))
+    return sorted(shown.values(), key=shown_order)
 
 
 def _continuation(store, head: dict) -> list[tuple[int, str]]:

@@ -17,7 +17,7 @@ from .ids import (
 )
 from .request_list import summaries
 from .requests import build_requests, requests_current, summarize_grouped, update_requests
-from .times import extent, failure_known_ns, ns_to_iso
+from .times import extent, failure_known_ns, ns_to_iso, shown_order
 from .store import Store
 
 # When an id matches several kinds, the lookup is said to be by the strongest.
@@ -357,7 +357,7 @@ def _record_rows(graph: IdGraph, record_ids) -> list[dict]:
     rows = [dict(graph.nodes[r].record) for r in record_ids]
     for row in rows:
         row["attrs"] = orjson.loads(row["attrs"]) if row["attrs"] else {}
-    rows.sort(key=lambda r: (r["time_ns"] is None, r["time_ns"] or 0, r["origin_id"], r["offset"], r["seq"]))
+    rows.sort(key=shown_order)
     return rows
 
 

@@ -163,10 +163,11 @@ WITH r AS (
     WHERE rw.request_id >= $low AND rw.request_id < $high
 ), entry AS (
     -- The first entry record (perf-metrics entries have no wall time: they come last).
-    SELECT request_id, first(w ORDER BY time_ns NULLS LAST, steady_s) AS entry_worker,
-           first(ro ORDER BY time_ns NULLS LAST, steady_s) AS entry_role,
-           first(route ORDER BY time_ns NULLS LAST, steady_s) AS entry_route,
-           first(endpoint ORDER BY time_ns NULLS LAST, steady_s) AS entry_endpoint
+    -- Of entry records of one moment (a line and its OTLP export), the one that states the value.
+    SELECT request_id, first(w ORDER BY time_ns NULLS LAST, steady_s, source) AS entry_worker,
+           first(ro ORDER BY time_ns NULLS LAST, steady_s, source) AS entry_role,
+           first(route ORDER BY time_ns NULLS LAST, steady_s, route IS NULL) AS entry_route,
+           first(endpoint ORDER BY time_ns NULLS LAST, steady_s, endpoint IS NULL) AS entry_endpoint
     FROM r WHERE entry GROUP BY request_id
 ), slice_ids AS (  -- the ids of the slice's records, read once
     SELECT m.request_id, i.*

@@ -77,3 +77,10 @@ def failure_known_ns(row: dict) -> int:
     caller may log the failure before this record is written); else when its duration ended."""
     begin, end = extent(row["kind"], row["time_ns"], row["duration_ns"] or 0)
     return begin + round(row["ttfb_ms"] * 1e6) if row.get("ttfb_ms") is not None else end
+
+
+def shown_order(row: dict) -> tuple:
+    """Where a record goes on a request's timeline: by its time, then (records of one moment) by
+    what it is and where it was read, not by the numbers a store gave it, so that every store shows
+    one request alike; the records of one file stay in the file's order."""
+    return (row["time_ns"] is None, row["time_ns"] or 0, row["source"], row["offset"], row["seq"], row["origin_id"])

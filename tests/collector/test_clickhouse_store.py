@@ -210,3 +210,27 @@ def test_lookup_joins_what_the_opentelemetry_collector_wrote_to_clickhouse(tj, t
         assert (first["worker"], first["kind"], first["name"]) == ("gw-1:77", "span", "POST /v1/chat/completions")
         assert (second["worker"], second["kind"], second["name"]) == ("gw-1:77", "log", "forwarding to the Dynamo frontend")
         assert found["ids"]["x_request_id"] == ["gw-7"]
+
+
+def test_a_lookup_answers_alike_on_duckdb_and_on_clickhouse(tj, tmp_path):
+    """Every field of `lookup --json`, but the number each store gives a request (its least record
+    id there), for requests that succeeded, failed, shared an x-request-id and used completions."""
+    sample = DynamoSample()
+    requests = [sample.add(x_request_id="shared"), sample.add(offset_ms=2, x_request_id="shared", status="error"),
+                sample.add(offset_ms=5, endpoint="completions"), sample.add(offset_ms=9, stream=False)]
+    sample.write(tmp_path / "logs")
+    stores = [str(tmp_path / "store.duckdb"), f"chdb:{tmp_path / 'store.chdb'}"]
+    for store in stores:
+        assert tj("ingest", tmp_path / "logs", "--store", store, with_db=False).code == 0
+
+    def answer(store: str, query: str) -> dict:
+        result = tj("lookup", query, "--json", "--store", store, with_db=False).json()
+        for request in result["requests"] + result["summary"]:
+            request.pop("request_id")
+        return result
+
+    queries = [q for r in requests for q in (r.reply_id, r.request_id, r.trace_id)] + ["shared"]
+    for query in queries:
+        on_duckdb, on_clickhouse = (answer(store, query) for store in stores)
+        assert on_duckdb["requests"], query
+        assert on_clickhouse == on_duckdb, query
