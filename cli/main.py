@@ -93,6 +93,16 @@ def long_running() -> None:
     gc.enable()
 
 
+def _duckdb_file(db: Optional[str], command: str) -> Path:
+    """The DuckDB file a command that runs on DuckDB only (collect, snapshot, demo) uses."""
+    from tracejoin.collector.store import default_db_path, is_clickhouse
+
+    if is_clickhouse(db):
+        raise Failure(f"`{command}` runs on a DuckDB store only, and {db or default_db_path()} is ClickHouse: "
+                      f"ingest and lookup run there (docs/fleet.md)")
+    return Path(db or default_db_path())
+
+
 def _open(db: Optional[str], *, read_only: bool):
     from tracejoin.collector.store import StoreError, open_store
 
@@ -260,9 +270,9 @@ def snapshot(db: Optional[str] = DbOption, as_json: bool = JsonOption):
     """Write the copy of the store Grafana's DuckDB plugin reads, at DB.snapshot.duckdb: in DuckDB
     1.5's format, the requests tables built (docs/grafana.md)."""
     from tracejoin.collector.service.snapshot import publish
-    from tracejoin.collector.store import StoreError, StoreLocked, default_db_path, open_store
+    from tracejoin.collector.store import StoreError, StoreLocked, open_store
 
-    source = Path(db or default_db_path())
+    source = _duckdb_file(db, "snapshot")
     if not source.exists():  # opening it to write would make an empty store
         raise Failure(f"no database at {source}: run `trace-join ingest --db {source} FILES...` first")
     try:
@@ -321,20 +331,19 @@ def collect(
     """Receive OTLP, follow files, poll /perf_metrics, and store it all as it comes, until SIGTERM or
     Ctrl-C. Reads (lookup, requests, coverage) keep working meanwhile (docs/collector.md)."""
     long_running()
-    from pathlib import Path
-
     from tracejoin.cli.render import visible
     from tracejoin.collector.service.collect import CollectConfig, CollectError, collect as run_collector
     from tracejoin.collector.service.http_server import Limits
     from tracejoin.collector.service.otlp import IntakeBudget
-    from tracejoin.collector.store import StoreError, default_db_path
+    from tracejoin.collector.store import StoreError
 
+    database = _duckdb_file(db, "collect")
     needed = IntakeBudget.needed(max_body)
     if intake_budget < needed:
         raise Failure(f"--intake-budget {intake_budget} cannot hold one body of --max-body {max_body}: "
                       f"it needs at least {needed} bytes ({needed / (1 << 20):.0f} MiB)")
     config = CollectConfig(
-        db=Path(db or default_db_path()),
+        db=database,
         otlp_grpc=None if otlp_grpc == "off" else otlp_grpc,
         otlp_http=None if otlp_http == "off" else otlp_http,
         watch=watch, scrape=scrape, scrape_interval_s=scrape_interval, snapshot_interval_s=snapshot_interval,
@@ -362,15 +371,13 @@ def demo(
     long_running()
     from tracejoin.cli.demo import DeploymentError, run_demo
 
+    _duckdb_file(db, "demo")
     if dynamo:
-        from pathlib import Path
-
         from tracejoin.cli.demo.dynamo import DynamoUnavailable
         from tracejoin.cli.demo.dynamo_demo import run_dynamo_demo
-        from tracejoin.collector.store import default_db_path
 
         try:
-            run_dynamo_demo(Path(db or default_db_path()), folder)
+            run_dynamo_demo(_duckdb_file(db, "demo"), folder)
         except DynamoUnavailable as e:
             raise Failure(f"{e}; `trace-join demo` runs without Dynamo") from None
         except DeploymentError as e:

@@ -24,8 +24,10 @@ those records.
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
+import os
 import re
 from pathlib import Path
 from urllib.parse import urlparse
@@ -121,6 +123,7 @@ class Chdb:
             from chdb import session
         except ImportError:
             raise StoreError("--store chdb:PATH needs chdb: pip install chdb") from None
+        _not_held(path)
         try:
             self._session = session.Session(path)
             self._session.query(f"CREATE DATABASE IF NOT EXISTS {DATABASE}")
@@ -146,6 +149,21 @@ class Chdb:
 
     def close(self) -> None:
         self._session.close()
+
+
+def _not_held(path: str) -> None:
+    """ClickHouse locks its folder's `status` file while it runs: a second process would fail with
+    the engine's own lines on stderr, so the lock is tried first, and let go at once."""
+    status = os.path.join(path, "status")
+    if not os.path.exists(status):
+        return
+    with open(status, "rb") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ClickHouseError(f"chdb:{path} is open in another process (chdb lets one process at a time open "
+                                  f"a folder): run the commands one after the other") from None
+        fcntl.flock(f, fcntl.LOCK_UN)
 
 
 class Server:

@@ -120,11 +120,25 @@ def test_commands_the_clickhouse_store_does_not_run_say_so_in_one_line(tj, tmp_p
 
     _sample(tmp_path / "logs", 1)
     assert tj("ingest", tmp_path / "logs", "--store", spec, with_db=False).code == 0
-    for command in ("requests", "coverage"):
+    for command in ("requests", "coverage", "collect", "snapshot"):
         run = tj(command, "--store", spec, with_db=False)
         assert run.code != 0
         assert_one_clear_line(run)
         assert "DuckDB store only" in run.err
+
+    # chdb lets one process at a time open a folder: the second says so, in one line.
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom tracejoin.collector.store import open_store\n"
+                               f"store = open_store({spec!r}, read_only=True)\nprint('open', flush=True)\ntime.sleep(60)"],
+                              stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "open"
+        held = tj("lookup", "chatcmpl-x", "--store", spec, with_db=False)
+        assert held.code != 0
+        assert_one_clear_line(held)
+        assert "open in another process" in held.err
+    finally:
+        holder.kill()
+        holder.wait()
 
 
 def test_the_store_is_chosen_by_tracejoin_store(tmp_path):
