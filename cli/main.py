@@ -94,7 +94,7 @@ def long_running() -> None:
 
 
 def _duckdb_file(db: Optional[str], command: str) -> Path:
-    """The DuckDB file a command that runs on DuckDB only (collect, snapshot, demo) uses."""
+    """The DuckDB file a command that runs on DuckDB only (snapshot, demo) uses."""
     from tracejoin.collector.store import default_db_path, is_clickhouse
 
     if is_clickhouse(db):
@@ -335,15 +335,14 @@ def collect(
     from tracejoin.collector.service.collect import CollectConfig, CollectError, collect as run_collector
     from tracejoin.collector.service.http_server import Limits
     from tracejoin.collector.service.otlp import IntakeBudget
-    from tracejoin.collector.store import StoreError
+    from tracejoin.collector.store import StoreError, default_db_path
 
-    database = _duckdb_file(db, "collect")
     needed = IntakeBudget.needed(max_body)
     if intake_budget < needed:
         raise Failure(f"--intake-budget {intake_budget} cannot hold one body of --max-body {max_body}: "
                       f"it needs at least {needed} bytes ({needed / (1 << 20):.0f} MiB)")
     config = CollectConfig(
-        db=database,
+        db=db or default_db_path(),
         otlp_grpc=None if otlp_grpc == "off" else otlp_grpc,
         otlp_http=None if otlp_http == "off" else otlp_http,
         watch=watch, scrape=scrape, scrape_interval_s=scrape_interval, snapshot_interval_s=snapshot_interval,

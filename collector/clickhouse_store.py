@@ -29,6 +29,7 @@ import hashlib
 import json
 import os
 import re
+import socket
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -39,8 +40,8 @@ from .duckdb_engine import connect, with_arrow
 from .records import BatchBuilder
 from .sources import otel_clickhouse_tables as otel
 from .store import (
-    SCHEMA, SCHEMA_VERSION, SETTLE_WORKER_NAMES, BulkRows, Origin, Store, StoreError, registered, request_keys_sql,
-    worker_roles_sql,
+    RECEIVED_RETENTION, SCHEMA, SCHEMA_VERSION, SETTLE_WORKER_NAMES, BulkRows, Origin, Received, Store, StoreError,
+    registered, request_keys_sql, worker_roles_sql,
 )
 
 SCHEMES = ("chdb:", "clickhouse://")
@@ -82,6 +83,11 @@ CLICKHOUSE_SCHEMA = [
     "ENGINE = ReplacingMergeTree(updated) ORDER BY alias",
     "CREATE TABLE IF NOT EXISTS worker_roles (instance_id String, role String, updated DateTime64(6) DEFAULT now64(6)) "
     "ENGINE = ReplacingMergeTree(updated) ORDER BY instance_id",
+    # The bodies collectors received, by digest, for as long as a client retries one
+    # (store.RECEIVED_RETENTION): ClickHouse drops them after that itself.
+    f"""CREATE TABLE IF NOT EXISTS received (
+        origin_id Int64, offset Int64, sha256 String, received DateTime64(6) DEFAULT now64(6)
+    ) ENGINE = ReplacingMergeTree ORDER BY sha256 TTL toDateTime(received) + INTERVAL {RECEIVED_RETENTION}""",
     # Every name a record or a file gave its worker: what a reader settles (store.py, worker_names).
     "CREATE TABLE IF NOT EXISTS worker_names (name String) ENGINE = ReplacingMergeTree ORDER BY name",
 ]
@@ -204,6 +210,10 @@ class Server:
         self._client.close()
 
 
+def _this_host(name: str) -> str:
+    return f"{socket.gethostname()}/{name}"
+
+
 def _hash63(text: str) -> int:
     """63 bits of the text's MD5, as DuckDB's `md5_number(text) >> 65` gives them."""
     return int.from_bytes(hashlib.md5(text.encode()).digest(), "little") >> 65
@@ -226,6 +236,7 @@ def open_clickhouse_store(spec: str, *, read_only: bool) -> "ClickHouseStore":
 
 class ClickHouseStore(Store):
     keeps_requests = False  # requests, coverage and the dashboards' tables are the DuckDB store's
+    shared = True
 
     def __init__(self, engine: Chdb | Server, spec: str, *, read_only: bool):
         with_arrow()
@@ -244,6 +255,10 @@ class ClickHouseStore(Store):
     def close(self) -> None:
         super().close()
         self.engine.close()
+
+    @property
+    def where(self) -> str:
+        return self.spec
 
     def create_or_check_schema(self) -> None:
         rows = self.engine.arrow("SELECT value FROM meta FINAL WHERE key = 'schema_version'").to_pylist() \
@@ -280,9 +295,17 @@ class ClickHouseStore(Store):
             self._head_lengths = {head_len for head_len, _ in self._origins}
         return self._origins
 
+    # A receiver's origin (no file head, its name for a fingerprint) is this machine's: every
+    # node's collector has an `otlp/http`, each numbering its own bodies.
+
+    def find_origin(self, head_len: int, fingerprint: str, size: int | None = None) -> Origin | None:
+        return super().find_origin(head_len, _this_host(fingerprint) if head_len == 0 else fingerprint, size)
+
     def new_origin(self, path: str, source: str, head_len: int, fingerprint: str) -> Origin:
         """An origin whose id any writer gives the same file: its head, and how many origins
         began with that head before it (a file truncated and begun again is another origin)."""
+        if head_len == 0:
+            path = fingerprint = _this_host(fingerprint)
         before = len(self._origins_by_head().get((head_len, fingerprint), ()))
         origin = super().new_origin(path, source, head_len, fingerprint)
         origin.origin_id = _hash63(f"{head_len}:{fingerprint}:{before}")
@@ -295,11 +318,12 @@ class ClickHouseStore(Store):
     # -- writes ------------------------------------------------------------------------------------
 
     def write_batch(self, batch: BatchBuilder, also=(), bulk: BulkRows | None = None,
-                    aliases: dict[str, str] | None = None, parser_states: dict[int, dict] | None = None) -> pa.Table:
+                    aliases: dict[str, str] | None = None, parser_states: dict[int, dict] | None = None,
+                    received: Received | None = None) -> pa.Table:
         """As the DuckDB store's, with the record ids of the records' places, and the rows in before
         the positions (the module's doc)."""
         if also:
-            raise StoreError("the collector's receivers and scraper write to a DuckDB store only")
+            raise StoreError("statements of DuckDB's SQL do not run on a ClickHouse store")
         con = self.con
         try:
             first = bulk.first_record_id if bulk else self.allocate_record_ids(batch.record_count)
@@ -316,7 +340,7 @@ class ClickHouseStore(Store):
                             f"r.time_ns FROM (SELECT * FROM batch_record_ids{more}) i JOIN write_records r "
                             f"ON r.batch_id = i.record_id")
             del records, ids
-            self._write_rows(quarantined, origins, aliases or {}, parser_states or {})
+            self._write_rows(quarantined, origins, aliases or {}, parser_states or {}, received)
         except BaseException:
             self._next_record_id = None
             self._origins = None
@@ -327,7 +351,7 @@ class ClickHouseStore(Store):
         return quarantined
 
     def _write_rows(self, quarantined: pa.Table, origins: list[Origin], aliases: dict[str, str],
-                    parser_states: dict[int, dict]) -> None:
+                    parser_states: dict[int, dict], received: Received | None) -> None:
         con, engine = self.con, self.engine
         engine.insert("records", con.sql(
             "WITH carried AS (SELECT record_id, list({'kind': kind, 'value': value, 'scope': scope}) AS ids "
@@ -349,6 +373,12 @@ class ClickHouseStore(Store):
             engine.insert("worker_names", names)
         for source, key in con.execute(request_keys_sql("write_records", "write_ids")).fetchall():
             self._requests_seen.setdefault(source, set()).add(key)
+        if received is not None:
+            if any(raw is not None for raw in received.raws):
+                raise StoreError("a scraped answer is kept until parsed in a DuckDB store only")
+            engine.insert("received", pa.table({
+                "origin_id": pa.array([received.origin_id] * len(received.offsets), pa.int64()),
+                "offset": pa.array(received.offsets, pa.int64()), "sha256": pa.array(received.digests, pa.string())}))
         # Last: the files' positions, which say the rows above are stored.
         self._states.update(parser_states)
         if origins:
@@ -363,6 +393,18 @@ class ClickHouseStore(Store):
                 "parser_state": pa.array([json.dumps(self._states[o.origin_id]) if o.origin_id in self._states else None
                                           for o in origins], pa.string()),
             }))
+
+    def received_already(self, digests: list[str]) -> set[str]:
+        rows = self.engine.arrow(f"SELECT DISTINCT sha256 FROM received WHERE sha256 IN ({_listed(digests)})")
+        return set(rows.column("sha256").to_pylist())
+
+    def forget_received(self) -> None:
+        """Nothing to do: the table's TTL drops digests past the retention."""
+
+    def body_offset(self, number: int, sha256: str) -> int:
+        """A body's records at an offset its digest names: a body stored by a collector killed
+        before it stored the digest, and sent again by its client, has the same record ids."""
+        return _hash63(sha256)
 
     def settle_workers(self) -> None:
         """Nothing to do here: with many writers, each reader settles the names (_read_naming)."""

@@ -320,6 +320,11 @@ class Store:
     def close(self) -> None:
         self.con.close()
 
+    @property
+    def where(self) -> str:
+        """The store as a user names it."""
+        return str(self.path)
+
     def __enter__(self) -> "Store":
         return self
 
@@ -399,6 +404,9 @@ class Store:
     # (clickhouse_store.py) answers them its own way while the walk and its grouping stay one.
 
     keeps_requests = True  # the requests tables (requests.py) are kept in the store, for readers
+    # Whether every process opens the store itself (ClickHouse). A DuckDB file is written by one
+    # process, and `collect` answers the others' reads and writes Grafana's copy (service/).
+    shared = False
 
     @staticmethod
     def _picked(select: str, record_ids) -> str:
@@ -542,15 +550,31 @@ class Store:
         self._next_record_id += n
         return first
 
+    # -- bodies the collector received (service/writer.py) -------------------------------------
+
+    def received_already(self, digests: list[str]) -> set[str]:
+        """The digests of these that name a body stored before (a client's retry)."""
+        return {r for (r,) in self.con.execute("SELECT sha256 FROM received WHERE sha256 = ANY($d::VARCHAR[])",
+                                               {"d": digests}).fetchall()}
+
+    def forget_received(self) -> None:
+        """Forget the digests of bodies older than any client retries (parsed bodies only)."""
+        self.con.execute(f"DELETE FROM received WHERE body IS NULL AND received < now() - INTERVAL '{RECEIVED_RETENTION}'")
+
+    def body_offset(self, number: int, sha256: str) -> int:
+        """The offset a received body's records are stored at: its number in its origin."""
+        return number
+
     def write_batch(self, batch: BatchBuilder, also: Sequence[tuple[str, list | dict]] = (),
                     bulk: BulkRows | None = None, aliases: dict[str, str] | None = None,
-                    parser_states: dict[int, dict] | None = None) -> pa.Table:
+                    parser_states: dict[int, dict] | None = None, received: Received | None = None) -> pa.Table:
         """Store one batch and the positions its origins reach, atomically, and empty the batch;
         `bulk`: the rows DuckDB made of the lines collector/bulk.py read, numbered with the batch's
         records and stored with them, in record order; `aliases`: other names of workers (alias →
         main name) the parsers learned; `parser_states`: what they learned of their files, by
-        origin; `also`: more (sql, parameters) statements that must commit or fail with it.
-        Returns the batch's quarantined lines.
+        origin; `received`: the bodies the records came in, whose digests say a retry is stored;
+        `also`: more (sql, parameters) statements that must commit or fail with it. Returns the
+        batch's quarantined lines.
 
         The batch's records are let go as soon as they are Arrow tables, and those tables before
         the id index is compacted: each would add to the peak of the DuckDB work that follows."""
@@ -576,6 +600,9 @@ class Store:
                 if parser_states:  # one statement for many origins (a batch of small files has thousands)
                     con.execute("INSERT OR REPLACE INTO meta SELECT unnest(?::VARCHAR[]), unnest(?::VARCHAR[])",
                                 [[f"parser_state:{o}" for o in parser_states], list(map(json.dumps, parser_states.values()))])
+                if received is not None:
+                    con.execute("INSERT INTO received SELECT $origin, unnest($offsets::BIGINT[]), "
+                                "unnest($digests::VARCHAR[]), now(), unnest($raw::BLOB[])", received.parameters())
                 for sql, parameters in also:
                     con.execute(sql, parameters)
                 _insert(con, "origins", origins, sql="INSERT OR REPLACE INTO origins BY NAME SELECT * EXCLUDE "
@@ -616,6 +643,24 @@ def by_record_ids(select: str, record_ids) -> str:
         return "(" + select.replace("{}", f"record_id BETWEEN {ids[0]} AND {ids[-1]} AND record_id IN ({listed})") + ")"
 
     return " UNION ALL ".join(map(branch, ranges))
+
+
+# How long a received body's digest is kept to recognize a client's retry.
+RECEIVED_RETENTION = "1 hour"
+
+
+@dataclass
+class Received:
+    """The bodies a batch's records came in (service/writer.py): each one's offset, digest, and
+    raw bytes where they are kept until parsed (scraped answers), in one origin."""
+
+    origin_id: int
+    offsets: list[int]
+    digests: list[str]
+    raws: list[bytes | None]
+
+    def parameters(self) -> dict:
+        return {"origin": self.origin_id, "offsets": self.offsets, "digests": self.digests, "raw": self.raws}
 
 
 @dataclass

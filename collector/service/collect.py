@@ -41,7 +41,7 @@ STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 @dataclass
 class CollectConfig:
-    db: Path
+    db: Path | str  # a DuckDB file, or a ClickHouse store (`chdb:FOLDER`, `clickhouse://…`)
     otlp_grpc: str | None = "127.0.0.1:4317"  # None: no gRPC receiver
     otlp_http: str | None = "127.0.0.1:4318"
     watch: list[str] = field(default_factory=list)
@@ -64,6 +64,10 @@ def collect(config: CollectConfig, say: Callable[[str], None], report: Callable[
     """Run until SIGTERM or SIGINT. `say`: the lines that tell a user what runs where; `report`:
     problems met while running (a file that cannot be read, an endpoint that does not answer)."""
     store = open_store(config.db)  # StoreError when another process holds it
+    if store.shared and config.scrape:
+        store.close()
+        raise CollectError("--scrape keeps each answer in a DuckDB store until it is parsed: scrape into a "
+                           "DuckDB store, or read TensorRT-LLM's perf-metrics files (--watch)")
     stop = threading.Event()
     # The handler only writes a byte to a pipe the main thread reads: a handler runs in the main
     # thread between two bytecodes, and one that set the Event could find the Event's lock held by
@@ -85,9 +89,10 @@ def collect(config: CollectConfig, say: Callable[[str], None], report: Callable[
     queries = None
     started = False
     try:
-        token = new_token()
-        queries = _start(lambda: HttpServer(query_app(connect, token), "127.0.0.1:0"), "the query endpoint")
-        endpoint = write_endpoint_file(store.path, f"http://{queries.address}", token)
+        if not store.shared:  # other processes read a DuckDB store through this one
+            token = new_token()
+            queries = _start(lambda: HttpServer(query_app(connect, token), "127.0.0.1:0"), "the query endpoint")
+            endpoint = write_endpoint_file(store.path, f"http://{queries.address}", token)
         if config.otlp_grpc:
             grpc_server = _start(lambda: OtlpGrpcServer(writer, config.otlp_grpc, max_body=config.max_body,
                                                         token=config.token, keep_content=config.keep_content,
@@ -110,10 +115,11 @@ def collect(config: CollectConfig, say: Callable[[str], None], report: Callable[
         for url in config.scrape:
             threads.append(_thread(f"scrape {url}", Scraper(writer, url, config.scrape_interval_s, report).run, stop))
             say(f"scrape     {url}  every {config.scrape_interval_s:g} s")
-        threads.append(_thread("snapshot", Snapshotter(connect, writer, config.snapshot_interval_s, report).run, stop))
-        say(f"snapshot   {snapshot_path(store.path)}  every {config.snapshot_interval_s:g} s and on exit")
-        say(f"queries    http://{queries.address}  (address and token in {endpoint})")
-        say(f"collecting into {store.path}; SIGTERM or Ctrl-C stops")
+        if not store.shared:
+            threads.append(_thread("snapshot", Snapshotter(connect, writer, config.snapshot_interval_s, report).run, stop))
+            say(f"snapshot   {snapshot_path(store.path)}  every {config.snapshot_interval_s:g} s and on exit")
+            say(f"queries    http://{queries.address}  (address and token in {endpoint})")
+        say(f"collecting into {store.where}; SIGTERM or Ctrl-C stops")
         started = True
         os.read(woken, 1)  # until SIGTERM or SIGINT
     finally:
@@ -124,11 +130,12 @@ def collect(config: CollectConfig, say: Callable[[str], None], report: Callable[
             thread.join()
         writer.stop()
         if started:
-            _last_snapshot(store, say, report)
+            if not store.shared:
+                _last_snapshot(store, say, report)
             say(f"stopped: {writer.records_stored} records stored this run")
         if queries is not None:
             queries.stop()
-        endpoint_file(store.path).unlink(missing_ok=True)
+            endpoint_file(store.path).unlink(missing_ok=True)
         readers.close()
         store.close()
         for signum, handler in handlers.items():

@@ -26,15 +26,11 @@ from typing import Any, Callable
 
 from ..duckdb_engine import duckdb
 from ..records import BatchBuilder, Record, Unstorable
-from ..store import Origin, Store, store_errors_named
+from ..store import Origin, Received, Store, store_errors_named
 
 QUEUE_RECORDS = 50_000  # records waiting to be written, at most (one bigger body may wait alone)
 BATCH_RECORDS = 5_000  # records taken into one round of commits
-RECEIVED_RETENTION = "1 hour"  # how long a body's sha256 is kept to recognize a client's retry
-PRUNE_EVERY_S = 600
-
-_INSERT_RECEIVED = """INSERT INTO received
-    SELECT $origin, unnest($offsets::BIGINT[]), unnest($digests::VARCHAR[]), now(), unnest($raw::BLOB[])"""
+PRUNE_EVERY_S = 600  # how often the digests of bodies no client retries any more are forgotten
 
 
 class Busy(Exception):
@@ -208,13 +204,14 @@ class Writer:
         number = origin.consumed
         for works in bodies:
             body = works[0].item
+            offset = self.store.body_offset(number, body.sha256)
             try:
-                batch.add(body.records, number)
+                batch.add(body.records, offset)
             except Unstorable as e:
                 _settle(works, e)
                 continue
             kept.append(works)
-            offsets.append(number)
+            offsets.append(offset)
             digests.append(body.sha256)
             raws.append(body.raw)
             number += 1
@@ -223,8 +220,7 @@ class Writer:
         before = origin.consumed
         origin.consumed = number
         try:
-            self.store.write_batch(batch, also=[(_INSERT_RECEIVED, {
-                "origin": origin.origin_id, "offsets": offsets, "digests": digests, "raw": raws})])
+            self.store.write_batch(batch, received=Received(origin.origin_id, offsets, digests, raws))
         except BaseException as e:
             origin.consumed = before  # nothing was stored: the numbers are free again
             if not _records_at_fault(e):
@@ -239,19 +235,13 @@ class Writer:
             _settle(works)
 
     def _already_stored(self, digests: list[str]) -> set[str]:
-        rows = self.store.con.execute(
-            "SELECT sha256 FROM received WHERE sha256 = ANY($digests::VARCHAR[])", {"digests": digests}
-        ).fetchall()
-        return {r[0] for r in rows}
+        return self.store.received_already(digests)
 
     def _prune_received(self) -> None:
-        """Forget digests older than anyone retries (parsed bodies only), so the table stays small."""
         if time.monotonic() - self._pruned_at < PRUNE_EVERY_S:
             return
         self._pruned_at = time.monotonic()
-        self.store.con.execute(
-            f"DELETE FROM received WHERE body IS NULL AND received < now() - INTERVAL '{RECEIVED_RETENTION}'"
-        )
+        self.store.forget_received()
 
 
 def _settle(works: list[_Work], error: Exception | None = None) -> None:

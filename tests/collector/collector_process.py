@@ -13,6 +13,8 @@ from pathlib import Path
 
 import duckdb
 
+from tracejoin.collector.store import open_store
+
 START_TIMEOUT_S = 20
 
 
@@ -23,7 +25,8 @@ class Collector:
                      "--otlp-grpc", grpc, "--otlp-http", http, *map(str, args)]
         self.proc: subprocess.Popen | None = None
         self.lines: queue.Queue[str] = queue.Queue()
-        self.err_path = db.with_name(db.name + f".collector-{time.monotonic_ns()}.err")
+        folder = Path(str(db).removeprefix("chdb:"))  # a chdb store is a folder
+        self.err_path = folder.with_name(folder.name + f".collector-{time.monotonic_ns()}.err")
         self.addresses: dict[str, str] = {}
 
     def start(self) -> "Collector":
@@ -93,8 +96,13 @@ class Collector:
             self.proc.wait(10)
 
 
-def query(db: Path, sql: str, params=()) -> list[tuple]:
-    """Read the store once no collector holds it."""
+def query(db: Path | str, sql: str, params=()) -> list[tuple]:
+    """Read the store once no collector holds it: a DuckDB file, or a chdb folder (`chdb:PATH`),
+    each row of which is read once (`final`: copies a retried insert left count once)."""
+    if str(db).startswith("chdb:"):
+        with open_store(str(db), read_only=True) as store:
+            assert not params, "a query of a chdb store takes no parameters"
+            return [tuple(row.values()) for row in store.engine.arrow(f"{sql} SETTINGS final = 1").to_pylist()]
     with duckdb.connect(str(db), read_only=True) as con:
         return con.execute(sql, list(params)).fetchall()
 

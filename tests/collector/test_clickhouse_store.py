@@ -120,11 +120,16 @@ def test_commands_the_clickhouse_store_does_not_run_say_so_in_one_line(tj, tmp_p
 
     _sample(tmp_path / "logs", 1)
     assert tj("ingest", tmp_path / "logs", "--store", spec, with_db=False).code == 0
-    for command in ("requests", "coverage", "collect", "snapshot"):
+    for command in ("requests", "coverage", "snapshot"):
         run = tj(command, "--store", spec, with_db=False)
         assert run.code != 0
         assert_one_clear_line(run)
         assert "DuckDB store only" in run.err
+    scrape = tj("collect", "--store", spec, "--scrape", "http://127.0.0.1:9/perf_metrics", "--otlp-grpc", "off",
+                "--otlp-http", "off", with_db=False)
+    assert scrape.code != 0
+    assert_one_clear_line(scrape)
+    assert "--scrape keeps each answer in a DuckDB store" in scrape.err
 
     # chdb lets one process at a time open a folder: the second says so, in one line.
     holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom tracejoin.collector.store import open_store\n"

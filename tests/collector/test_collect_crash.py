@@ -6,12 +6,19 @@ from __future__ import annotations
 import socket
 import threading
 
+import pytest
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from .collector_process import query, wait_until
 from .otlp_senders import grpc_exporter, http_exporter, sdk_spans, span_id
 
 SPANS_PER_STREAM = 80
+
+
+@pytest.fixture
+def db(either_store):
+    """A collector writing a DuckDB store, and one of many collectors writing a ClickHouse one."""
+    return either_store
 
 
 def free_port() -> int:
