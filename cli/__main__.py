@@ -15,6 +15,9 @@ import gc
 def run() -> None:
     gc.disable()
     atexit.register(gc.freeze)  # atexit runs before the interpreter's last collection: skip it
+    from tracejoin.collector.duckdb_engine import keep_pandas_out
+
+    keep_pandas_out()
     from tracejoin.cli.main import run as run_command
 
     run_command()

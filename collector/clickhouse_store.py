@@ -36,7 +36,7 @@ from urllib.parse import urlparse
 import pyarrow as pa
 
 from . import id_index, record_contract
-from .duckdb_engine import connect, with_arrow
+from .duckdb_engine import connect, let_pandas_in, with_arrow
 from .records import BatchBuilder
 from .sources import otel_clickhouse_tables as otel
 from .store import (
@@ -125,6 +125,7 @@ class Chdb:
     """ClickHouse's engine in this process (chdb), on a folder of its own."""
 
     def __init__(self, path: str):
+        let_pandas_in()  # chdb converts its results through pandas
         try:
             from chdb import session
         except ImportError:

@@ -10,7 +10,9 @@ does need the package (it sets up the engine's Arrow sources): `with_arrow()` im
 open_store calls it for every writer.
 """
 
+import importlib.abc
 import os
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,6 +33,30 @@ def with_arrow() -> None:
 
     if "ARROW_DEFAULT_MEMORY_POOL" not in os.environ:
         pyarrow.set_memory_pool(pyarrow.system_memory_pool())
+
+
+class _NoPandas(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name == "pandas" or name.startswith("pandas."):
+            raise ImportError("trace-join's commands keep pandas out (duckdb_engine.keep_pandas_out)")
+        return None
+
+
+_NO_PANDAS = _NoPandas()
+
+
+def keep_pandas_out() -> None:
+    """pyarrow imports pandas, where it is installed, whenever it converts Python values (to tell
+    pandas' types apart): 48 MB more in every process that writes, for nothing trace-join uses.
+    trace-join's commands run no one else's code, so they keep it out (cli/__main__.py)."""
+    if "pandas" not in sys.modules and _NO_PANDAS not in sys.meta_path:
+        sys.meta_path.insert(0, _NO_PANDAS)
+
+
+def let_pandas_in() -> None:
+    """For what needs pandas after all (chdb converts its results through it)."""
+    if _NO_PANDAS in sys.meta_path:
+        sys.meta_path.remove(_NO_PANDAS)
 
 
 @contextmanager
