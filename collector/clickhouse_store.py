@@ -250,7 +250,9 @@ class ClickHouseStore(Store):
         self._states: dict[int, dict] = {}  # parsers' states, read with the origins
         self._brought: set[int] = set()  # records in `con`
         self._naming_read = False
-        self._requests_seen: dict[str, set[int]] = {}  # key hashes of the requests written, by source
+        # Key hashes of the requests written since requests_mark, by source; None: not counting
+        # (a collector runs for days and never asks).
+        self._requests_seen: dict[str, set[int]] | None = None
         self._otel: dict[str, Origin] | None = None  # the exporter's tables found, each read as an origin
 
     def close(self) -> None:
@@ -325,6 +327,8 @@ class ClickHouseStore(Store):
         the positions (the module's doc)."""
         if also:
             raise StoreError("statements of DuckDB's SQL do not run on a ClickHouse store")
+        if received is not None and any(raw is not None for raw in received.raws):
+            raise StoreError("a scraped answer is kept until parsed in a DuckDB store only")
         con = self.con
         try:
             first = bulk.first_record_id if bulk else self.allocate_record_ids(batch.record_count)
@@ -372,11 +376,10 @@ class ClickHouseStore(Store):
         names = pa.concat_tables([names, pa.table({"name": pa.array([o.worker for o in origins if o.worker], pa.string())})])
         if names.num_rows:
             engine.insert("worker_names", names)
-        for source, key in con.execute(request_keys_sql("write_records", "write_ids")).fetchall():
-            self._requests_seen.setdefault(source, set()).add(key)
+        if self._requests_seen is not None:
+            for source, key in con.execute(request_keys_sql("write_records", "write_ids")).fetchall():
+                self._requests_seen.setdefault(source, set()).add(key)
         if received is not None:
-            if any(raw is not None for raw in received.raws):
-                raise StoreError("a scraped answer is kept until parsed in a DuckDB store only")
             engine.insert("received", pa.table({
                 "origin_id": pa.array([received.origin_id] * len(received.offsets), pa.int64()),
                 "offset": pa.array(received.offsets, pa.int64()), "sha256": pa.array(received.digests, pa.string())}))
@@ -410,9 +413,13 @@ class ClickHouseStore(Store):
     def settle_workers(self) -> None:
         """Nothing to do here: with many writers, each reader settles the names (_read_naming)."""
 
+    def requests_mark(self) -> int:
+        """Count the requests written from here on (record ids here do not count up)."""
+        self._requests_seen = {}
+        return 0
+
     def requests_seen_since(self, first_record_id: int) -> dict[str, int]:
-        """The requests this store's writes saw, by source (its record ids do not count up)."""
-        return {source: len(keys) for source, keys in self._requests_seen.items()}
+        return {source: len(keys) for source, keys in (self._requests_seen or {}).items()}
 
     # -- reads: what a lookup walks, brought into `con` ------------------------------------------
 

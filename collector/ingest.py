@@ -217,7 +217,7 @@ class Ingester:
         each file's position, and the same call goes on from there."""
         result = IngestResult(errors=list(problems))
         with store_errors_named(self.store.path):
-            first_new = self.store.allocate_record_ids(0)
+            first_new = self.store.requests_mark()
             for path, named in files:
                 try:
                     self._read_file(path, result, named=named)

@@ -524,6 +524,10 @@ class Store:
         self.con.execute(NEW_WORKER_NAMES, {"first": first_record_id})
         self.con.execute(SETTLE_WORKER_NAMES)
 
+    def requests_mark(self) -> int:
+        """Where requests_seen_since counts from: the records written from here on."""
+        return self.allocate_record_ids(0)
+
     def requests_seen_since(self, first_record_id: int) -> dict[str, int]:
         """Requests seen per source in the records from first_record_id on: distinct values of each
         record's strongest key (by their hashes, as the summary's count: two keys hashing alike,

@@ -53,8 +53,10 @@ def test_the_same_lines_are_stored_once_by_any_number_of_writers(tj, tmp_path):
     bad_line = len(frontend.read_bytes().splitlines()) + 1
     with open(frontend, "a") as f:
         f.write('{"time": 12}\n')  # a Dynamo line without its target: quarantined
-    first = tj("ingest", tmp_path / "logs", "--store", spec, with_db=False)
-    assert first.code == 2 and "quarantined" in first.out
+    first = tj("ingest", tmp_path / "logs", "--json", "--store", spec, with_db=False)
+    assert first.code == 2
+    assert first.json()["sources"]["dynamo_jsonl"]["requests"] == len(sample.requests)
+    assert first.json()["sources"]["dynamo_jsonl"]["quarantined"] == 1
     once = _stored(spec)
     assert once[0] > 5 * 15 and once[2] == 1
 
