@@ -27,6 +27,7 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import logging
 import os
 import re
 import socket
@@ -181,6 +182,8 @@ class Server:
             import clickhouse_connect
         except ImportError:
             raise StoreError("--store clickhouse://… needs clickhouse-connect: pip install clickhouse-connect") from None
+        # The client logs each failure it raises as well: the error says it once, in one line.
+        logging.getLogger("clickhouse_connect").setLevel(logging.CRITICAL)
         u = urlparse(url)
         database = u.path.strip("/") or DATABASE
         try:
@@ -221,7 +224,11 @@ def _hash63(text: str) -> int:
 
 
 def _first_line(e: Exception) -> str:
-    return (str(e).strip().splitlines() or [type(e).__name__])[0]
+    """What went wrong, in a line: the system's own words where the error wraps them (a refused
+    connection inside an HTTP pool's retries)."""
+    text = str(e).strip()
+    system = re.search(r"\[Errno -?\d+\] [^\"')\n]+", text)
+    return system.group(0) if system else (text.splitlines() or [type(e).__name__])[0]
 
 
 def open_clickhouse_store(spec: str, *, read_only: bool) -> "ClickHouseStore":

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -157,6 +158,16 @@ def test_the_store_is_chosen_by_tracejoin_store(tmp_path):
     assert run("ingest", str(tmp_path / "logs")).returncode == 0
     assert run("lookup", sample.requests[0].reply_id, "--json").returncode == 0
     assert not (tmp_path / "tracejoin.duckdb").exists()
+
+
+def test_a_clickhouse_server_that_does_not_answer_is_said_in_one_line(tj):
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    run = tj("lookup", "chatcmpl-x", "--store", f"clickhouse://127.0.0.1:{port}/fleet", with_db=False)
+    assert run.code != 0
+    assert_one_clear_line(run)
+    assert f"cannot reach ClickHouse at 127.0.0.1:{port}: [Errno 111] Connection refused" in run.err
 
 
 @pytest.mark.skipif(not os.environ.get("TRACEJOIN_CLICKHOUSE_URL"),
