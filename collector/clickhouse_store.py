@@ -41,7 +41,7 @@ from .duckdb_engine import connect, let_pandas_in, with_arrow
 from .records import BatchBuilder
 from .sources import otel_clickhouse_tables as otel
 from .store import (
-    RECEIVED_RETENTION, SCHEMA, SCHEMA_VERSION, SETTLE_WORKER_NAMES, BulkRows, Origin, Received, Store, StoreError,
+    RECEIVED_RETENTION, SCHEMA, SETTLE_WORKER_NAMES, BulkRows, Origin, Received, Store, StoreError,
     registered, request_keys_sql, worker_roles_sql,
 )
 
@@ -54,6 +54,8 @@ _RECORD_ID = "CAST(md5_number(concat_ws(':', origin_id, \"offset\", seq)) >> 65 
 # An hour of records a partition: a fleet's lookups read the last day or so, and old hours go whole.
 _HOUR = "toYYYYMMDD(fromUnixTimestamp64Nano(ifNull(time_ns, 0))) * 100 + toHour(fromUnixTimestamp64Nano(ifNull(time_ns, 0)))"
 
+# The ClickHouse tables' own version (the DuckDB store's numbers its own schema).
+CLICKHOUSE_SCHEMA_VERSION = 1
 CLICKHOUSE_SCHEMA = [
     "CREATE TABLE IF NOT EXISTS meta (key String, value String, updated DateTime64(6) DEFAULT now64(6)) "
     "ENGINE = ReplacingMergeTree(updated) ORDER BY key",
@@ -274,16 +276,16 @@ class ClickHouseStore(Store):
         rows = self.engine.arrow("SELECT value FROM meta FINAL WHERE key = 'schema_version'").to_pylist() \
             if self._has_meta() else []
         if rows:
-            if int(rows[0]["value"]) != SCHEMA_VERSION:
+            if int(rows[0]["value"]) != CLICKHOUSE_SCHEMA_VERSION:
                 raise StoreError(f"{self.spec} has schema version {rows[0]['value']}, this trace-join uses "
-                                 f"{SCHEMA_VERSION}: use the trace-join release that wrote it, or another database")
+                                 f"{CLICKHOUSE_SCHEMA_VERSION}: use the trace-join release that wrote it, or another database")
             return
         if self.read_only:
             raise StoreError(f"{self.spec} holds no trace-join store: run `trace-join ingest --store {self.spec} "
                              f"FILES...` first")
         for statement in CLICKHOUSE_SCHEMA:
             self.engine.command(statement)
-        self.engine.command(f"INSERT INTO meta (key, value) VALUES ('schema_version', '{SCHEMA_VERSION}')")
+        self.engine.command(f"INSERT INTO meta (key, value) VALUES ('schema_version', '{CLICKHOUSE_SCHEMA_VERSION}')")
 
     def _has_meta(self) -> bool:
         return bool(self.engine.arrow("SELECT name FROM system.tables WHERE database = currentDatabase() "
