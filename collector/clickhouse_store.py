@@ -263,6 +263,7 @@ class ClickHouseStore(Store):
         # (a collector runs for days and never asks).
         self._requests_seen: dict[str, set[int]] | None = None
         self._otel: dict[str, Origin] | None = None  # the exporter's tables found, each read as an origin
+        self._own_tables = True  # False: a database the OpenTelemetry Collector's exporter alone writes
 
     def close(self) -> None:
         super().close()
@@ -280,9 +281,12 @@ class ClickHouseStore(Store):
                 raise StoreError(f"{self.spec} has schema version {rows[0]['value']}, this trace-join uses "
                                  f"{CLICKHOUSE_SCHEMA_VERSION}: use the trace-join release that wrote it, or another database")
             return
+        if self.read_only and self._otel_tables():
+            self._own_tables = False  # only what the OpenTelemetry Collector wrote: read that
+            return
         if self.read_only:
-            raise StoreError(f"{self.spec} holds no trace-join store: run `trace-join ingest --store {self.spec} "
-                             f"FILES...` first")
+            raise StoreError(f"{self.spec} holds no trace-join store nor the OpenTelemetry Collector's tables: "
+                             f"run `trace-join ingest --store {self.spec} FILES...` first")
         for statement in CLICKHOUSE_SCHEMA:
             self.engine.command(statement)
         self.engine.command(f"INSERT INTO meta (key, value) VALUES ('schema_version', '{CLICKHOUSE_SCHEMA_VERSION}')")
@@ -436,7 +440,13 @@ class ClickHouseStore(Store):
         """The naming tables, and every worker's name settled over them as store.py settles them."""
         if self._naming_read:
             return
+        self._naming_read = True
         con = self.con
+        for origin in self._otel_tables().values():
+            con.execute("INSERT OR IGNORE INTO origins VALUES (?, ?, ?, 0, ?, 0, 0, NULL, NULL, NULL, NULL)",
+                        [origin.origin_id, origin.path, origin.source, origin.fingerprint])
+        if not self._own_tables:
+            return
         tables = {
             "ch_origins": self.engine.arrow(
                 "SELECT origin_id, path, source, head_len, fingerprint, consumed, lines, worker, role, updated, clock "
@@ -451,15 +461,13 @@ class ClickHouseStore(Store):
             con.execute("INSERT INTO worker_roles SELECT instance_id, role FROM ch_roles")
             con.execute("INSERT OR IGNORE INTO worker_names SELECT name, name, NULL FROM ch_names "
                         "UNION SELECT worker, worker, NULL FROM ch_origins WHERE worker IS NOT NULL")
-        for origin in self._otel_tables().values():
-            con.execute("INSERT OR IGNORE INTO origins VALUES (?, ?, ?, 0, ?, 0, 0, NULL, NULL, NULL, NULL)",
-                        [origin.origin_id, origin.path, origin.source, origin.fingerprint])
         con.execute(SETTLE_WORKER_NAMES)
-        self._naming_read = True
 
     def _bring(self, where: str) -> list[int]:
         """The records `where` (ClickHouse SQL) picks, with their ids, into `con`; their record ids."""
         self._read_naming()
+        if not self._own_tables:
+            return []
         rows = self.engine.arrow(f"SELECT {', '.join(_RECORD_COLUMNS)}, ids FROM records WHERE {where} LIMIT 1 BY record_id")
         if not rows.num_rows:
             return []
@@ -494,8 +502,11 @@ class ClickHouseStore(Store):
     def found(self, values: list[str]) -> set[int]:
         """The records carrying these values: trace-join's, and the spans and log records of the
         OpenTelemetry Collector's tables that carry one (brought into `con` as they are found)."""
-        rows = self.engine.arrow(f"SELECT DISTINCT record_id FROM record_ids WHERE value IN ({_listed(values)})")
-        return set(rows.column("record_id").to_pylist()) | self._found_in_otel(values)
+        own = set()
+        if self._own_tables:
+            rows = self.engine.arrow(f"SELECT DISTINCT record_id FROM record_ids WHERE value IN ({_listed(values)})")
+            own = set(rows.column("record_id").to_pylist())
+        return own | self._found_in_otel(values)
 
     # -- the OpenTelemetry Collector's tables (sources/otel_clickhouse_tables.py) -----------------
 
@@ -573,6 +584,8 @@ class ClickHouseStore(Store):
         self._bring(f"time_ns BETWEEN {int(low_ns)} AND {int(high_ns)} AND ({_WORRYING})")
 
     def file_lines(self, row: dict, n: int, *, after: bool) -> list[tuple[int, str | None, str | None]]:
+        if not self._own_tables:
+            return []
         place = f"({int(row['offset'])}, {int(row['seq'])})"
         where, order = (f"(offset, seq) > {place}", "offset, seq") if after else \
             (f"(offset, seq) < {place}", "offset DESC, seq DESC")
@@ -581,6 +594,8 @@ class ClickHouseStore(Store):
         return [(r["record_id"], r["name"], r["attrs"]) for r in rows.to_pylist()]
 
     def quarantined(self, limit: int) -> list[tuple]:
+        if not self._own_tables:
+            return []
         rows = self.engine.arrow(f"SELECT path, line_no, offset, reason, excerpt FROM quarantine FINAL "
                                  f"ORDER BY path, line_no LIMIT {int(limit)}")
         return [tuple(r.values()) for r in rows.to_pylist()]

@@ -219,21 +219,8 @@ def test_lookup_joins_what_the_opentelemetry_collector_wrote_to_clickhouse(tj, t
     [before] = tj("lookup", request.reply_id, "--json", "--store", spec, with_db=False).json()["requests"]
     start = min(r["time"] for r in before["records"])
 
-    resource = "{'service.name': 'gateway', 'host.name': 'gw-1', 'process.pid': '77'}"
     with open_store(spec) as store:
-        store.engine.command("CREATE DATABASE otel")
-        for table in OTEL_TABLES:
-            store.engine.command(table)
-        store.engine.command(f"""INSERT INTO otel.otel_traces (Timestamp, TraceId, SpanId, ParentSpanId, SpanName,
-            SpanKind, ServiceName, ResourceAttributes, ScopeName, SpanAttributes, Duration, StatusCode, StatusMessage)
-            VALUES (parseDateTime64BestEffort('{start}', 9) - INTERVAL 2 MILLISECOND, '{request.trace_id}', '{gateway_span}',
-            '', 'POST /v1/chat/completions', 'SPAN_KIND_SERVER', 'gateway', {resource}, 'opentelemetry.instrumentation.asgi',
-            {{'http.request.method': 'POST', 'http.route': '/v1/chat/completions', 'http.response.status_code': '200',
-              'http.request.header.x-request-id': 'gw-7'}}, 250000000, 'STATUS_CODE_UNSET', '')""")
-        store.engine.command(f"""INSERT INTO otel.otel_logs (Timestamp, TraceId, SpanId, SeverityText, ServiceName, Body,
-            ResourceAttributes, ScopeName, LogAttributes)
-            VALUES (parseDateTime64BestEffort('{start}', 9) - INTERVAL 1 MILLISECOND, '{request.trace_id}', '{gateway_span}',
-            'INFO', 'gateway', 'forwarding to the Dynamo frontend', {resource}, 'gateway', {{}})""")
+        _export_gateway(store.engine.command, start, request.trace_id, gateway_span)
 
     for query in ("gw-7", request.reply_id):
         [found] = tj("lookup", query, "--json", "--store", spec, with_db=False).json()["requests"]
@@ -266,3 +253,38 @@ def test_a_lookup_answers_alike_on_duckdb_and_on_clickhouse(tj, tmp_path):
         on_duckdb, on_clickhouse = (answer(store, query) for store in stores)
         assert on_duckdb["requests"], query
         assert on_clickhouse == on_duckdb, query
+
+
+def _export_gateway(command, start: str, trace_id: str, span_id: str) -> None:
+    """The gateway's span and its log line, as the exporter writes them, into its tables."""
+    resource = "{'service.name': 'gateway', 'host.name': 'gw-1', 'process.pid': '77'}"
+    command("CREATE DATABASE otel")
+    for table in OTEL_TABLES:
+        command(table)
+    command(f"""INSERT INTO otel.otel_traces (Timestamp, TraceId, SpanId, ParentSpanId, SpanName,
+        SpanKind, ServiceName, ResourceAttributes, ScopeName, SpanAttributes, Duration, StatusCode, StatusMessage)
+        VALUES (parseDateTime64BestEffort('{start}', 9) - INTERVAL 2 MILLISECOND, '{trace_id}', '{span_id}',
+        '', 'POST /v1/chat/completions', 'SPAN_KIND_SERVER', 'gateway', {resource}, 'opentelemetry.instrumentation.asgi',
+        {{'http.request.method': 'POST', 'http.route': '/v1/chat/completions', 'http.response.status_code': '200',
+          'http.request.header.x-request-id': 'gw-7'}}, 250000000, 'STATUS_CODE_UNSET', '')""")
+    command(f"""INSERT INTO otel.otel_logs (Timestamp, TraceId, SpanId, SeverityText, ServiceName, Body,
+        ResourceAttributes, ScopeName, LogAttributes)
+        VALUES (parseDateTime64BestEffort('{start}', 9) - INTERVAL 1 MILLISECOND, '{trace_id}', '{span_id}',
+        'INFO', 'gateway', 'forwarding to the Dynamo frontend', {resource}, 'gateway', {{}})""")
+
+
+def test_lookup_reads_a_database_the_opentelemetry_collector_alone_writes(tj, tmp_path):
+    """A fleet that exports only through the Collector's ClickHouse exporter: nothing ingested,
+    and a lookup finds the span and log line of a request there."""
+    from chdb import session
+
+    folder = tmp_path / "otel-only.chdb"
+    chdb = session.Session(str(folder))
+    try:
+        _export_gateway(chdb.query, "2026-12-03T09:00:00.000Z", "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7")
+    finally:
+        chdb.close()
+    [request] = tj("lookup", "gw-7", "--json", "--store", f"chdb:{folder}", with_db=False).json()["requests"]
+    assert [(r["worker"], r["kind"], r["name"]) for r in request["records"]] == [
+        ("gw-1:77", "span", "POST /v1/chat/completions"), ("gw-1:77", "log", "forwarding to the Dynamo frontend")]
+    assert request["ids"]["trace_id"] == ["4bf92f3577b34da6a3ce929d0e0e4736"]
