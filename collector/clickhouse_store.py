@@ -38,7 +38,7 @@ import pyarrow as pa
 
 from . import id_index, record_contract
 from .duckdb_engine import connect, let_pandas_in, with_arrow
-from .records import BatchBuilder
+from .records import RECORDS_SCHEMA, BatchBuilder
 from .sources import otel_clickhouse_tables as otel
 from .store import (
     RECEIVED_RETENTION, SCHEMA, SETTLE_WORKER_NAMES, BulkRows, Origin, Received, Store, StoreError,
@@ -94,9 +94,7 @@ CLICKHOUSE_SCHEMA = [
     # Every name a record or a file gave its worker: what a reader settles (store.py, worker_names).
     "CREATE TABLE IF NOT EXISTS worker_names (name String) ENGINE = ReplacingMergeTree ORDER BY name",
 ]
-_RECORD_COLUMNS = ("record_id", "time_ns", "steady_s", "source", "kind", "worker", "role", "level", "name",
-                   "duration_ns", "status", "entry", "trace_id", "span_id", "parent_span_id", "attrs", "origin_id",
-                   "offset", "seq")
+_RECORD_COLUMNS = ", ".join(f'"{name}"' for name in RECORDS_SCHEMA.names)  # SQL of both engines
 # What error_lines.py reads near a failure: lines at a level worth a look, or with a status.
 _WORRYING = "upper(ifNull(level, '')) IN ('WARN', 'WARNING', 'ERROR', 'CRITICAL', 'FATAL') OR status IS NOT NULL"
 
@@ -297,19 +295,17 @@ class ClickHouseStore(Store):
 
     # -- origins, read from ClickHouse -----------------------------------------------------------
 
-    def _origins_by_head(self) -> dict[tuple[int, str], list[Origin]]:
-        if self._origins is None:
-            self._origins = {}
-            rows = self.engine.arrow(
+    def _stored_origins(self) -> list[Origin]:
+        """Every writer's origins, with what their parsers learned of them (`parser_state`)."""
+        origins = []
+        for row in self.engine.arrow(
                 "SELECT origin_id, path, source, head_len, fingerprint, consumed, lines, worker, role, "
-                "toUnixTimestamp64Micro(updated) / 1e6 AS updated, clock, parser_state FROM origins FINAL").to_pylist()
-            for row in rows:
-                state = row.pop("parser_state")
-                if state is not None:
-                    self._states[row["origin_id"]] = json.loads(state)
-                self._origins.setdefault((row["head_len"], row["fingerprint"]), []).append(Origin(**row))
-            self._head_lengths = {head_len for head_len, _ in self._origins}
-        return self._origins
+                "toUnixTimestamp64Micro(updated) / 1e6 AS updated, clock, parser_state FROM origins FINAL").to_pylist():
+            state = row.pop("parser_state")
+            if state is not None:
+                self._states[row["origin_id"]] = json.loads(state)
+            origins.append(Origin(**row))
+        return origins
 
     # A receiver's origin (no file head, its name for a fingerprint) is this machine's: every
     # node's collector has an `otlp/http`, each numbering its own bodies.
@@ -350,13 +346,8 @@ class ClickHouseStore(Store):
             batch.clear()
             tables = {"batch_records": records, "batch_record_ids": ids, **(bulk.tables if bulk else {})}
             with registered(con, tables):
-                more = f" UNION ALL BY NAME ({bulk.records})" if bulk else ""
-                con.execute(f"CREATE OR REPLACE TEMP TABLE write_records AS SELECT * REPLACE ({_RECORD_ID} AS record_id), "
-                            f"record_id AS batch_id FROM (SELECT * FROM batch_records{more})")
-                more = f" UNION ALL BY NAME ({bulk.ids})" if bulk else ""
-                con.execute(f"CREATE OR REPLACE TEMP TABLE write_ids AS SELECT r.record_id, i.kind, i.value, i.scope, "
-                            f"r.time_ns FROM (SELECT * FROM batch_record_ids{more}) i JOIN write_records r "
-                            f"ON r.batch_id = i.record_id")
+                self._renumbered(f"SELECT * FROM batch_records{f' UNION ALL BY NAME ({bulk.records})' if bulk else ''}",
+                                 f"SELECT * FROM batch_record_ids{f' UNION ALL BY NAME ({bulk.ids})' if bulk else ''}")
             del records, ids
             self._write_rows(quarantined, origins, aliases or {}, parser_states or {}, received)
         except BaseException:
@@ -365,32 +356,40 @@ class ClickHouseStore(Store):
             raise
         finally:
             con.complete()  # a failed statement's result, left unread
-            con.execute("DROP TABLE IF EXISTS write_records; DROP TABLE IF EXISTS write_ids")
+            con.execute("DROP TABLE IF EXISTS new_records; DROP TABLE IF EXISTS new_ids")
         return quarantined
+
+    def _renumbered(self, records: str, ids: str) -> None:
+        """The temporary tables new_records and new_ids: these records (SQL, numbered as a batch
+        numbers them) under the record ids of their places, and their ids (SQL) under the same."""
+        self.con.execute(f"CREATE OR REPLACE TEMP TABLE new_records AS SELECT * REPLACE ({_RECORD_ID} AS record_id), "
+                         f"record_id AS batch_id FROM ({records})")
+        self.con.execute(f"CREATE OR REPLACE TEMP TABLE new_ids AS SELECT r.record_id, i.kind, i.value, i.scope, r.time_ns "
+                         f"FROM ({ids}) i JOIN new_records r ON r.batch_id = i.record_id")
 
     def _write_rows(self, quarantined: pa.Table, origins: list[Origin], aliases: dict[str, str],
                     parser_states: dict[int, dict], received: Received | None) -> None:
         con, engine = self.con, self.engine
         engine.insert("records", con.sql(
             "WITH carried AS (SELECT record_id, list({'kind': kind, 'value': value, 'scope': scope}) AS ids "
-            "FROM write_ids GROUP BY record_id) "
-            f"SELECT {', '.join(f'r.{c}' for c in _RECORD_COLUMNS)}, coalesce(c.ids, []) AS ids "
-            "FROM write_records r LEFT JOIN carried c USING (record_id)").to_arrow_table())
-        engine.insert("record_ids", con.sql("SELECT value, kind, scope, record_id, time_ns FROM write_ids").to_arrow_table())
+            "FROM new_ids GROUP BY record_id) "
+            "SELECT r.* EXCLUDE (batch_id), coalesce(c.ids, []) AS ids "
+            "FROM new_records r LEFT JOIN carried c USING (record_id)").to_arrow_table())
+        engine.insert("record_ids", con.sql("SELECT value, kind, scope, record_id, time_ns FROM new_ids").to_arrow_table())
         if quarantined.num_rows:
             engine.insert("quarantine", quarantined)
-        facts = f"(SELECT record_id, {record_contract.columns('prefill_worker', 'decode_worker')} FROM write_records)"
+        facts = f"(SELECT record_id, {record_contract.columns('prefill_worker', 'decode_worker')} FROM new_records)"
         roles = con.sql(worker_roles_sql(facts)).to_arrow_table()
         if roles.num_rows:
             engine.insert("worker_roles", roles)
         if aliases:
             engine.insert("worker_aliases", pa.table({"alias": list(aliases), "worker": list(aliases.values())}))
-        names = con.sql("SELECT DISTINCT worker AS name FROM write_records WHERE worker IS NOT NULL").to_arrow_table()
+        names = con.sql("SELECT DISTINCT worker AS name FROM new_records WHERE worker IS NOT NULL").to_arrow_table()
         names = pa.concat_tables([names, pa.table({"name": pa.array([o.worker for o in origins if o.worker], pa.string())})])
         if names.num_rows:
             engine.insert("worker_names", names)
         if self._requests_seen is not None:
-            for source, key in con.execute(request_keys_sql("write_records", "write_ids")).fetchall():
+            for source, key in con.execute(request_keys_sql("new_records", "new_ids")).fetchall():
                 self._requests_seen.setdefault(source, set()).add(key)
         if received is not None:
             engine.insert("received", pa.table({
@@ -468,16 +467,21 @@ class ClickHouseStore(Store):
         self._read_naming()
         if not self._own_tables:
             return []
-        rows = self.engine.arrow(f"SELECT {', '.join(_RECORD_COLUMNS)}, ids FROM records WHERE {where} LIMIT 1 BY record_id")
+        rows = self.engine.arrow(f"SELECT {_RECORD_COLUMNS}, ids FROM records WHERE {where} LIMIT 1 BY record_id")
         if not rows.num_rows:
             return []
-        record_ids = rows.column("record_id").to_pylist()
         with registered(self.con, {"brought": rows}):
-            new = "FROM brought WHERE record_id NOT IN (SELECT unnest(?::BIGINT[]))"
-            known = [sorted(self._brought)]
-            self.con.execute(f"INSERT INTO records BY NAME SELECT * EXCLUDE (ids) {new}", known)
-            self.con.execute(f"INSERT INTO record_ids SELECT record_id, i.kind, i.value, i.scope "
-                             f"FROM (SELECT record_id, unnest(ids) AS i {new})", known)
+            return self._keep("brought", "(SELECT record_id, i.kind AS kind, i.value AS value, i.scope AS scope "
+                                         "FROM (SELECT record_id, unnest(ids) AS i FROM brought))")
+
+    def _keep(self, records: str, ids: str) -> list[int]:
+        """Records and their ids (tables or SQL) into `con`, but those brought before; the record
+        ids of all of them."""
+        record_ids = [r for (r,) in self.con.execute(f"SELECT record_id FROM {records}").fetchall()]
+        new = "WHERE record_id NOT IN (SELECT unnest(?::BIGINT[]))"
+        known = [sorted(self._brought)]
+        self.con.execute(f"INSERT INTO records BY NAME SELECT {_RECORD_COLUMNS} FROM {records} {new}", known)
+        self.con.execute(f"INSERT INTO record_ids SELECT record_id, kind, value, scope FROM {ids} {new}", known)
         self._brought.update(record_ids)
         return record_ids
 
@@ -559,18 +563,11 @@ class ClickHouseStore(Store):
             return set()
         records, ids, _ = batch.tables(0)
         with registered(self.con, {"otel_records": records, "otel_ids": ids}):
-            self.con.execute(f"CREATE OR REPLACE TEMP TABLE otel_brought AS SELECT * REPLACE ({_RECORD_ID} AS record_id), "
-                             f"record_id AS batch_id FROM otel_records")
-            known = [sorted(self._brought)]
-            self.con.execute("INSERT INTO records BY NAME SELECT * EXCLUDE (batch_id) FROM otel_brought "
-                             "WHERE record_id NOT IN (SELECT unnest(?::BIGINT[]))", known)
-            self.con.execute("INSERT INTO record_ids SELECT r.record_id, i.kind, i.value, i.scope FROM otel_ids i "
-                             "JOIN otel_brought r ON r.batch_id = i.record_id "
-                             "WHERE r.record_id NOT IN (SELECT unnest(?::BIGINT[]))", known)
-            record_ids = {r for (r,) in self.con.execute("SELECT record_id FROM otel_brought").fetchall()}
-            self.con.execute("DROP TABLE otel_brought")
-        self._brought |= record_ids
-        return record_ids
+            self._renumbered("SELECT * FROM otel_records", "SELECT * FROM otel_ids")
+        try:
+            return set(self._keep("new_records", "new_ids"))
+        finally:
+            self.con.execute("DROP TABLE new_records; DROP TABLE new_ids")
 
     def ids_of(self, record_ids) -> list[tuple[int, str, str, str | None]]:
         self._bring_ids(record_ids)

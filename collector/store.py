@@ -465,14 +465,17 @@ class Store:
     def _origins_by_head(self) -> dict[tuple[int, str], list[Origin]]:
         if self._origins is None:
             self._origins = {}
-            rows = self.con.execute(
-                "SELECT origin_id, path, source, head_len, fingerprint, consumed, lines, worker, role, "
-                "epoch(updated), clock FROM origins").fetchall()
-            for row in rows:
-                self._origins.setdefault((row[3], row[4]), []).append(Origin(*row))
-            self._next_origin_id = max((row[0] for row in rows), default=0) + 1
+            stored = self._stored_origins()
+            for origin in stored:
+                self._origins.setdefault((origin.head_len, origin.fingerprint), []).append(origin)
+            self._next_origin_id = max((o.origin_id for o in stored), default=0) + 1
             self._head_lengths = {head_len for head_len, _ in self._origins}
         return self._origins
+
+    def _stored_origins(self) -> list[Origin]:
+        return [Origin(*row) for row in self.con.execute(
+            "SELECT origin_id, path, source, head_len, fingerprint, consumed, lines, worker, role, "
+            "epoch(updated), clock FROM origins").fetchall()]
 
     def head_lengths(self) -> set[int]:
         """The lengths of head origins are known by (a few: files shorter than a head are rare)."""

@@ -184,7 +184,7 @@ class Writer:
         The same body submitted twice meanwhile is stored once, and both hear how it went."""
         first = group[0].item
         origin = self.origin(first.origin, first.source)
-        stored = self._already_stored([w.item.sha256 for w in group])
+        stored = self.store.received_already([w.item.sha256 for w in group])
         bodies: dict[str, list[_Work]] = {}
         for work in group:
             bodies.setdefault(work.item.sha256, []).append(work)
@@ -233,9 +233,6 @@ class Writer:
             return
         for works in kept:
             _settle(works)
-
-    def _already_stored(self, digests: list[str]) -> set[str]:
-        return self.store.received_already(digests)
 
     def _prune_received(self) -> None:
         if time.monotonic() - self._pruned_at < PRUNE_EVERY_S:
