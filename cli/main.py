@@ -217,6 +217,16 @@ def lookup(
         render.lookup_text(result, full=full)
 
 
+def _say_default_window(db: Optional[str], since: Optional[str]) -> None:
+    """A ClickHouse store builds the requests of a window (clickhouse_store.py, requests_window):
+    one the user did not choose is named."""
+    from tracejoin.collector.store import is_clickhouse
+
+    if since is None and is_clickhouse(db):
+        say_error("note: on ClickHouse, the requests that started in the last hour of the store's records "
+                  "(--since for another window)")
+
+
 @app.command()
 def requests(
     db: Optional[str] = DbOption,
@@ -232,6 +242,7 @@ def requests(
     """List requests: newest or slowest first, errors only, by worker, by route, in a time window."""
     from tracejoin.cli import render
 
+    _say_default_window(db, since)
     rows = _query(
         db, "requests", slowest=slowest, errors=errors, worker=worker, route=route,
         since_ns=_time_arg(since, "--since"), until_ns=_time_arg(until, "--until"), limit=limit,
@@ -245,11 +256,17 @@ def requests(
 
 
 @app.command()
-def coverage(db: Optional[str] = DbOption, as_json: bool = JsonOption):
+def coverage(
+    db: Optional[str] = DbOption,
+    as_json: bool = JsonOption,
+    since: Optional[str] = typer.Option(None, help="Only requests that started at or after: ISO time, or 30m, 2h, 1d ago."),
+    until: Optional[str] = typer.Option(None, help="Only requests that started at or before: ISO time, or 30m, 2h, 1d ago."),
+):
     """How many replies join to their workers' records; engine-side records no reply reaches."""
     from tracejoin.cli import render
 
-    result = _query(db, "coverage")
+    _say_default_window(db, since)
+    result = _query(db, "coverage", since_ns=_time_arg(since, "--since"), until_ns=_time_arg(until, "--until"))
     if as_json:
         render.print_json(result)
     else:

@@ -183,6 +183,9 @@ def coverage_text(result: dict) -> None:
     def share(n: int) -> str:
         return f"{n} ({100 * n / replies:.0f}%)" if replies else str(n)
 
+    window = result["window"]
+    if window["since"] or window["until"]:
+        console.print(f"requests that started from {window['since'] or 'the first'} to {window['until'] or 'the last'}")
     console.print(f"replies seen: {replies}")
     console.print(f"  joined to both workers (ctx/prefill, gen/decode): {share(joined['both_workers'])}")
     console.print(f"  joined to one of the two:                         {share(joined['one_worker'])}")

@@ -38,6 +38,7 @@ import pyarrow as pa
 
 from . import id_index, record_contract
 from .duckdb_engine import connect, let_pandas_in, with_arrow
+from .ids import JOINING_KINDS
 from .records import RECORDS_SCHEMA, BatchBuilder
 from .sources import otel_clickhouse_tables as otel
 from .store import (
@@ -98,6 +99,11 @@ _RECORD_COLUMNS = ", ".join(f'"{name}"' for name in RECORDS_SCHEMA.names)  # SQL
 # What error_lines.py reads near a failure: lines at a level worth a look, or with a status.
 _WORRYING = "upper(ifNull(level, '')) IN ('WARN', 'WARNING', 'ERROR', 'CRITICAL', 'FATAL') OR status IS NOT NULL"
 
+
+# The window `requests` and `coverage` build by default: the last hour up to the newest record. A
+# fleet's store holds too many records to build every request at once (requests_window).
+DEFAULT_WINDOW_NS = 3600 * 10**9
+_JOINING = f"kind IN ({', '.join(map(repr, JOINING_KINDS))})"
 
 # The databases where a lookup looks for the OpenTelemetry Collector's tables: the store's own, then
 # the ClickHouse exporter's default.
@@ -545,16 +551,17 @@ class ClickHouseStore(Store):
                 where.append(f"(TraceId, SpanId) IN ({listed})")
                 if name == otel.TRACES:
                     where.append(f"(TraceId, ParentSpanId) IN ({listed})")
-            if not where:
-                continue
-            columns = otel.SPAN_COLUMNS if name == otel.TRACES else otel.LOG_COLUMNS
-            rows = self.engine.arrow(f"SELECT {columns} FROM {origin.path} WHERE {' OR '.join(where)}").to_pylist()
-            found |= self._bring_otel(origin, rows, otel.span_records if name == otel.TRACES else otel.log_records)
+            if where:
+                found |= self._bring_otel_rows(name, origin, " OR ".join(where))
         return found
 
-    def _bring_otel(self, origin: Origin, rows: list[dict], records_of) -> set[int]:
-        """The rows as records in `con`, each at an offset its own content names (a span by its
-        trace and span id), so that it has one record id however often it is found."""
+    def _bring_otel_rows(self, name: str, origin: Origin, where: str) -> set[int]:
+        """The rows of the exporter's table `name` that `where` picks, as records in `con`, each at
+        an offset its own content names (a span by its trace and span id), so that it has one
+        record id however often it is found."""
+        columns, records_of = (otel.SPAN_COLUMNS, otel.span_records) if name == otel.TRACES else \
+            (otel.LOG_COLUMNS, otel.log_records)
+        rows = self.engine.arrow(f"SELECT {columns} FROM {origin.path} WHERE {where}").to_pylist()
         self._read_naming()
         batch = BatchBuilder(origin.source, origin)
         for row, record in zip(rows, records_of(rows)):
@@ -576,6 +583,60 @@ class ClickHouseStore(Store):
     def record_rows(self, columns: str, record_ids) -> list[tuple]:
         self._bring_ids(record_ids)
         return super().record_rows(columns, record_ids)
+
+    def requests_window(self, since_ns: int | None, until_ns: int | None) -> tuple[int | None, int | None]:
+        """The requests that started in the window (by default the last hour up to the newest
+        record), built from what `con` holds: the records timed in the window, and every record a
+        joining id leads to from those, and from those, until none is left (the scope the DuckDB
+        store's requests build reads when records come: requests.py). A request that started
+        before the window but goes on in it is built whole too; the listing leaves it out."""
+        high = (1 << 63) - 1 if until_ns is None else int(until_ns)
+        if since_ns is None:
+            newest = self._newest_time(high)
+            if newest is None:
+                return until_ns, until_ns  # nothing timed: no request started
+            since_ns = newest - DEFAULT_WINDOW_NS
+        low = int(since_ns)
+        self._read_naming()
+        timed = f"time_ns BETWEEN {low} AND {high}"
+        looked_up: set[str] = set()  # the ids whose every carrier is in `con`
+        if self._own_tables:
+            self._bring(timed)
+            looked_up = {value for (value,) in self.con.execute(
+                f"SELECT DISTINCT value FROM record_ids WHERE {_JOINING} AND record_id IN (SELECT record_id FROM "
+                f"records WHERE time_ns BETWEEN {low} AND {high})").fetchall()}
+            walked = set(self._brought)
+            # The records outside the window that share one of those ids, in one query: the window
+            # may hold millions of ids, too many to send back as values.
+            self._bring_ids(self.engine.arrow(
+                f"SELECT DISTINCT record_id FROM record_ids WHERE value IN (SELECT value FROM record_ids "
+                f"WHERE {timed} AND {_JOINING}) AND NOT ifNull({timed}, false)").column("record_id").to_pylist())
+        else:
+            walked = set()
+        for name, origin in self._otel_tables().items():
+            self._bring_otel_rows(name, origin, f"Timestamp BETWEEN fromUnixTimestamp64Nano({low}) "
+                                                f"AND fromUnixTimestamp64Nano({high})")
+        while fresh := sorted(self._brought - walked):  # what came in since, until it leads to nothing new
+            walked.update(fresh)
+            values = [value for (value,) in self.con.execute(
+                f"SELECT DISTINCT value FROM record_ids WHERE {_JOINING} AND record_id IN (SELECT unnest(?::BIGINT[]))",
+                [fresh]).fetchall() if value not in looked_up]
+            looked_up.update(values)
+            for i in range(0, len(values), 2000):
+                self._bring_ids(self.found(values[i:i + 2000]))
+        return since_ns, until_ns
+
+    def _newest_time(self, high: int) -> int | None:
+        """The time of the newest record at or before `high`: trace-join's, or the exporter's."""
+        times = []
+        if self._own_tables:
+            times.append(self.engine.arrow(f"SELECT max(time_ns) AS t FROM records WHERE time_ns <= {high}"))
+        for origin in self._otel_tables().values():
+            times.append(self.engine.arrow(f"SELECT toUnixTimestamp64Nano(max(Timestamp)) AS t FROM {origin.path} "
+                                           f"WHERE Timestamp <= fromUnixTimestamp64Nano({high})"))
+        found = [t.column("t")[0].as_py() for t in times]
+        found = [t for t in found if t]
+        return max(found) if found else None
 
     def readable_between(self, low_ns: int, high_ns: int) -> None:
         self._bring(f"time_ns BETWEEN {int(low_ns)} AND {int(high_ns)} AND ({_WORRYING})")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from .requests import build_requests
 from .store import Store
+from .times import ns_to_iso
 
 FIRST_PHASE = ("ctx", "prefill")
 SECOND_PHASE = ("gen", "decode")
@@ -25,13 +26,17 @@ SELECT request_id, has_entry, collided, entry_worker, names_a_request,
        -- An orphan: a worker's records about a request that no reply reaches.
        NOT has_entry AND names_a_request AND list_has_any(roles, {list(WORKER_ROLES)}) AS orphan
 FROM request_summary
+WHERE ($since IS NULL OR start_ns >= $since) AND ($until IS NULL OR start_ns <= $until)
 """
 
 
-def coverage(store: Store) -> dict:
+def coverage(store: Store, since_ns: int | None = None, until_ns: int | None = None) -> dict:
+    """Coverage of the requests that started in the window (of every request without one; a
+    request whose records have no wall-clock time has no start, and counts only then)."""
+    since_ns, until_ns = store.requests_window(since_ns, until_ns)
     build_requests(store)
     con = store.con
-    con.execute(_SQL)
+    con.execute(_SQL, {"since": since_ns, "until": until_ns})
     replies, both, one, aggregated, none_, collided = con.execute("""
         SELECT count(*),
                count(*) FILTER (WHERE first_phase AND second_phase),
@@ -62,6 +67,7 @@ def coverage(store: Store) -> dict:
             GROUP BY w.worker ORDER BY w.worker""").fetchall()
     ]
     return {
+        "window": {"since": _iso(since_ns), "until": _iso(until_ns)},
         "replies": replies,
         "joined": {"both_workers": both, "one_worker": one, "aggregated_worker": aggregated, "no_worker": none_},
         "collided_replies": collided,
@@ -69,3 +75,7 @@ def coverage(store: Store) -> dict:
         "by_source": by_source,
         "by_worker": by_worker,
     }
+
+
+def _iso(ns: int | None) -> str | None:
+    return None if ns is None else ns_to_iso(ns)

@@ -46,6 +46,8 @@ SCOPED_KINDS = (ENGINE_REQUEST_ID, CTX_REQUEST_ID, ROUTER_REQUEST_ID)
 # the span a record belongs to, and its parent span.
 SPAN = "span"
 PARENT_SPAN = "parent_span"
+# The ids by which records join: the keys and the span tree (labels join nothing).
+JOINING_KINDS = (*KEY_KINDS, SPAN, PARENT_SPAN)
 # A child span joins its parent's request only when a serving process recorded the parent: a
 # client's span is shared by every request it made, so it joins nothing.
 SERVING_ROLES = frozenset({"router", "frontend", "proxy", "agg", "ctx", "gen", "prefill", "decode", "worker"})

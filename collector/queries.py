@@ -29,7 +29,7 @@ def _requests(store: Store, p: dict) -> list[dict]:
 def _coverage(store: Store, p: dict) -> dict:
     from .coverage import coverage
 
-    return coverage(store)
+    return coverage(store, p.get("since_ns"), p.get("until_ns"))
 
 
 def _quarantine(store: Store, p: dict) -> list[dict]:
@@ -56,14 +56,9 @@ QUERIES: dict[str, Callable[[Store, dict], Any]] = {
 }
 
 
-# Queries written for the DuckDB store only: they read the requests tables, which a ClickHouse
-# store does not keep (clickhouse_store.py), or its files' positions as a DuckDB store keeps them.
-_DUCKDB_ONLY = {"requests", "coverage", "files"}
-
-
 def run_query(store: Store, name: str, params: dict) -> Any:
-    if name in _DUCKDB_ONLY and not store.keeps_requests:
-        raise StoreError(f"`{name}` runs on a DuckDB store only; on ClickHouse, lookup and quarantine do")
+    if name == "files" and store.shared:  # the files' positions as a DuckDB store keeps them
+        raise StoreError("`files` runs on a DuckDB store only")
     return QUERIES[name](store, params)
 
 

@@ -28,6 +28,7 @@ class RequestFilter:
 
 def list_requests(store: Store, wanted: RequestFilter) -> list[dict]:
     """Requests that started at an entry server (a router, frontend or proxy), filtered."""
+    since_ns, until_ns = store.requests_window(wanted.since_ns, wanted.until_ns)
     build_requests(store)
     where, params = ["has_entry"], []
     if wanted.errors:
@@ -38,12 +39,12 @@ def list_requests(store: Store, wanted: RequestFilter) -> list[dict]:
     if wanted.route:
         where.append("(contains(coalesce(route, ''), ?) OR contains(coalesce(endpoint, ''), ?))")
         params += [wanted.route, wanted.route]
-    if wanted.since_ns is not None:
+    if since_ns is not None:
         where.append("start_ns >= ?")
-        params.append(wanted.since_ns)
-    if wanted.until_ns is not None:
+        params.append(since_ns)
+    if until_ns is not None:
         where.append("start_ns <= ?")
-        params.append(wanted.until_ns)
+        params.append(until_ns)
     order = "duration_ms DESC NULLS LAST" if wanted.slowest else "start_ns DESC"
     return _rows(store.con.execute(
         f"SELECT {', '.join(_COLUMNS)} FROM request_summary WHERE {' AND '.join(where)} "

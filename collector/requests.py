@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from . import record_contract
 from .duckdb_engine import duckdb, threads, transaction
-from .ids import KEY_KINDS, PARENT_SPAN, SCOPED_KINDS, SERVING_ROLES, SPAN
+from .ids import JOINING_KINDS, KEY_KINDS, SCOPED_KINDS, SERVING_ROLES
 from .store import Store
 
 
@@ -39,8 +39,7 @@ def _sql_list(values) -> str:
 _KEY_FILTER = f"""(i.kind IN ({_sql_list(k for k in KEY_KINDS if k not in SCOPED_KINDS)})
                  OR (i.kind IN ({_sql_list(SCOPED_KINDS)}) AND i.scope IS NOT NULL))"""
 _SERVING_ROLES_SQL = _sql_list(sorted(SERVING_ROLES))
-# Ids by which records join (the keys and the span tree); the labels join nothing.
-_JOINING_KINDS = f"({_sql_list((*KEY_KINDS, SPAN, PARENT_SPAN))})"
+_JOINING_KINDS = f"({_sql_list(JOINING_KINDS)})"
 
 
 def _hashed(column: str) -> str:

@@ -440,6 +440,12 @@ class Store:
         """Make the records timed from low_ns to high_ns readable through `con` (error_lines.py
         reads the records near a failure in SQL): here they are, as every record is."""
 
+    def requests_window(self, since_ns: int | None, until_ns: int | None) -> tuple[int | None, int | None]:
+        """The window (bounds in ns, None: open) whose requests `requests` and `coverage` count, by
+        when each started, with every record of those requests readable through `con`: here the
+        window asked for, every record being there."""
+        return since_ns, until_ns
+
     def file_lines(self, row: dict, n: int, *, after: bool) -> list[tuple[int, str | None, str | None]]:
         """(record_id, name, attrs) of up to n records of the row's file right after it (or
         before it, nearest first). A file's records are numbered in its order, and near."""

@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -24,19 +25,25 @@ class Run:
         return json.loads(self.out)
 
 
-@pytest.fixture
-def db(tmp_path) -> Path:
+def _store_in(tmp_path: Path, engine: str) -> Path | str:
+    if engine == "chdb":
+        pytest.importorskip("chdb", reason="chdb (ClickHouse's engine in process) is not installed")
+        return f"chdb:{tmp_path / 'store.chdb'}"
     return tmp_path / "store.duckdb"
+
+
+@pytest.fixture
+def db(request, tmp_path) -> Path | str:
+    """A DuckDB store; `@pytest.mark.parametrize("db", ["duckdb", "chdb"], indirect=True)` runs a
+    test on each engine."""
+    return _store_in(tmp_path, getattr(request, "param", "duckdb"))
 
 
 @pytest.fixture(params=["duckdb", "chdb"])
 def either_store(request, tmp_path) -> Path | str:
     """A store of each engine in turn: a module whose commands must answer alike on DuckDB and on
     ClickHouse (chdb, its engine in process) takes it as its `db`."""
-    if request.param == "chdb":
-        pytest.importorskip("chdb", reason="chdb (ClickHouse's engine in process) is not installed")
-        return f"chdb:{tmp_path / 'store.chdb'}"
-    return tmp_path / "store.duckdb"
+    return _store_in(tmp_path, request.param)
 
 
 @pytest.fixture
@@ -107,3 +114,33 @@ def kill_9_at_random_moments(argv: list[str], db: Path, *, seed: int, kills: int
 def _start_anew(db: Path) -> None:
     for path in (db, db.with_name(db.name + ".wal")):
         path.unlink(missing_ok=True)
+
+
+def assert_alike_on_clickhouse(duckdb_store: Path, folder: Path, chdb_folder: Path) -> None:
+    """`requests` and `coverage` of `folder` ingested into ClickHouse (chdb) answer as they do on
+    the DuckDB store that holds the same folder over the same window (ClickHouse's default: the last
+    hour of its records), but for the number each store gives a request (its least record id)."""
+    pytest.importorskip("chdb", reason="chdb (ClickHouse's engine in process) is not installed")
+    zone = datetime.now().astimezone().strftime("%z")  # as the demo ingested it
+    spec = f"chdb:{chdb_folder}"
+
+    def tj(*args) -> Run:
+        env = {k: v for k, v in os.environ.items() if k != "TRACEJOIN_DEBUG"}
+        p = subprocess.run([sys.executable, "-m", "tracejoin.cli", *map(str, args)], capture_output=True, text=True,
+                           env=env, timeout=120)
+        return Run(p.returncode, p.stdout, p.stderr)
+
+    assert tj("ingest", "--tz", zone, folder, "--store", spec).code in (0, 2)
+
+    def answers(store, *window) -> tuple[list, dict]:
+        requests = tj("requests", "--limit", "10000", "--json", "--store", store, *window).json()
+        for row in requests:
+            row.pop("request_id")
+        return requests, tj("coverage", "--json", "--store", store, *window).json()
+
+    on_clickhouse = answers(spec)
+    since = on_clickhouse[1]["window"]["since"]
+    assert since is not None, "on ClickHouse, a window of the last hour of records"
+    on_duckdb = answers(duckdb_store, "--since", since)
+    assert on_duckdb[0], "the DuckDB store lists requests"
+    assert on_clickhouse == on_duckdb

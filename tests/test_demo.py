@@ -24,6 +24,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import assert_alike_on_clickhouse
+
 DEMO_TIMEOUT_S = 120
 DISAGG_RESPONSES_REPLY = re.compile(r"resp_(\d+)_[0-9a-f]{16}")
 COUNTER_REPLY = re.compile(r"(?:chatcmpl|cmpl)-\d+")  # a streamed reply, named after its engine request id
@@ -266,3 +268,7 @@ def test_a_second_run_into_the_same_database_gives_no_request_a_reply_id_the_fir
     for reply in counted:
         found = json.loads(trace_join("lookup", reply, "--db", db, "--json").stdout)
         assert found["matched"] == 1 and second[reply] in found["requests"][0]["ids"]["internal_id"], reply
+
+
+def test_requests_and_coverage_answer_alike_on_clickhouse(demo, tmp_path):
+    assert_alike_on_clickhouse(demo.db, demo.db.parent / "records", tmp_path / "store.chdb")

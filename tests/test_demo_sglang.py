@@ -13,6 +13,8 @@ import json
 
 import pytest
 
+from tests.conftest import assert_alike_on_clickhouse
+
 from tests.test_demo import trace_join
 from tests.test_demo_vllm import lookup
 
@@ -55,3 +57,8 @@ def test_coverage_joins_every_reply_to_both_sides(sglang_demo):
     assert covered["replies"] == len(ends) and covered["joined"]["both_workers"] == len(ends)
     assert covered["orphans"]["records"] == 0
     assert "$ trace-join ingest --tz " in output and "Next, with this run's ids:" in output
+
+
+def test_requests_and_coverage_answer_alike_on_clickhouse(sglang_demo, tmp_path):
+    db = sglang_demo[0]
+    assert_alike_on_clickhouse(db, db.parent / "records", tmp_path / "store.chdb")

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import assert_alike_on_clickhouse
+
 from tests.test_demo import trace_join
 
 
@@ -73,3 +75,8 @@ def test_coverage_joins_every_reply_to_both_sides(vllm_demo):
     assert covered["orphans"]["records"] == 0
     assert "Next, with this run's ids:" in output
     assert "$ trace-join ingest --tz " in output  # the ingest it shows names the servers' zone
+
+
+def test_requests_and_coverage_answer_alike_on_clickhouse(vllm_demo, tmp_path):
+    db = vllm_demo[0]
+    assert_alike_on_clickhouse(db, db.parent / "records", tmp_path / "store.chdb")

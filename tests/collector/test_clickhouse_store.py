@@ -18,6 +18,7 @@ import pytest
 
 from tracejoin.cli.demo.dynamo_formats import DynamoSample
 from tracejoin.collector.store import StoreError, open_store
+from tracejoin.collector.times import ns_to_iso
 
 from ..conftest import assert_one_clear_line
 
@@ -81,6 +82,7 @@ _INGEST_IN_SMALL_BATCHES = """
 import sys
 from tracejoin.collector.ingest import Ingester
 from tracejoin.collector.store import StoreError, open_store
+from tracejoin.collector.times import ns_to_iso
 with open_store(sys.argv[1]) as store:
     Ingester(store, batch_records=40).ingest_paths(sys.argv[2:])
 """
@@ -123,11 +125,10 @@ def test_commands_the_clickhouse_store_does_not_run_say_so_in_one_line(tj, tmp_p
 
     _sample(tmp_path / "logs", 1)
     assert tj("ingest", tmp_path / "logs", "--store", spec, with_db=False).code == 0
-    for command in ("requests", "coverage", "snapshot"):
-        run = tj(command, "--store", spec, with_db=False)
-        assert run.code != 0
-        assert_one_clear_line(run)
-        assert "DuckDB store only" in run.err
+    snapshot = tj("snapshot", "--store", spec, with_db=False)
+    assert snapshot.code != 0
+    assert_one_clear_line(snapshot)
+    assert "DuckDB store only" in snapshot.err
     scrape = tj("collect", "--store", spec, "--scrape", "http://127.0.0.1:9/perf_metrics", "--otlp-grpc", "off",
                 "--otlp-http", "off", with_db=False)
     assert scrape.code != 0
@@ -147,6 +148,27 @@ def test_commands_the_clickhouse_store_does_not_run_say_so_in_one_line(tj, tmp_p
     finally:
         holder.kill()
         holder.wait()
+
+
+def test_requests_and_coverage_build_the_last_hour_unless_told_another_window(tj, tmp_path):
+    """A fleet's store is too large to build every request at once: by default the requests that
+    started in the last hour of its records, said on stderr; --since and --until choose."""
+    spec = f"chdb:{tmp_path / 'fleet.chdb'}"
+    sample = DynamoSample()
+    early, late = sample.add(), sample.add(offset_ms=2 * 3600 * 1000)  # two hours apart
+    sample.write(tmp_path / "logs")
+    assert tj("ingest", tmp_path / "logs", "--store", spec, with_db=False).code == 0
+
+    listed = tj("requests", "--json", "--store", spec, with_db=False)
+    assert [r["trace_ids"] for r in listed.json()] == [[late.trace_id]]
+    assert "last hour" in listed.err and "--since" in listed.err
+    assert tj("coverage", "--json", "--store", spec, with_db=False).json()["replies"] == 1
+
+    everything = ("--since", "2000-01-01T00:00:00Z")
+    both = tj("requests", "--json", "--store", spec, *everything, with_db=False)
+    assert [r["trace_ids"] for r in both.json()] == [[late.trace_id], [early.trace_id]] and not both.err
+    until = ("--until", ns_to_iso(early.start_ns + 10**9))
+    assert tj("coverage", "--json", "--store", spec, *everything, *until, with_db=False).json()["replies"] == 1
 
 
 def test_the_store_is_chosen_by_tracejoin_store(tmp_path):
@@ -288,3 +310,5 @@ def test_lookup_reads_a_database_the_opentelemetry_collector_alone_writes(tj, tm
     assert [(r["worker"], r["kind"], r["name"]) for r in request["records"]] == [
         ("gw-1:77", "span", "POST /v1/chat/completions"), ("gw-1:77", "log", "forwarding to the Dynamo frontend")]
     assert request["ids"]["trace_id"] == ["4bf92f3577b34da6a3ce929d0e0e4736"]
+    listed = tj("requests", "--json", "--store", f"chdb:{folder}", with_db=False).json()
+    assert [(r["route"], r["records"], r["x_request_ids"]) for r in listed] == [("/v1/chat/completions", 2, ["gw-7"])]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import orjson
+import pytest
 
 
 def rec(ts, event, role, worker, **ids):
@@ -10,6 +11,7 @@ def rec(ts, event, role, worker, **ids):
                          "event": event, "role": role, "worker": worker, **ids})
 
 
+@pytest.mark.parametrize("db", ["duckdb", "chdb"], indirect=True)
 def test_coverage_counts_joins_and_orphans(tj, tmp_path):
     router, ctx, gen = "gw:8000", "ctx-0:8001", "gen-0:8002"
     lines = {

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tracejoin.cli.demo.dynamo_formats import DynamoSample
 
 from ..conftest import assert_one_clear_line
 from .collector_process import query
 
 
+@pytest.mark.parametrize("db", ["duckdb", "chdb"], indirect=True)
 def test_list_filter_and_order(tj, tmp_path):
     sample = DynamoSample()
     ok = sample.add(x_request_id="a")
