@@ -9,6 +9,8 @@
    x-request-id), written by ClickHouse SQL into the store's own tables; its bytes a record.
 3. Lookup of a reply id from the last 24 hours: `trace-join lookup --json --store chdb:…` (whole
    process) and lookup() on an open store (the query), each checked to find its 11 records.
+4. `trace-join requests --json --store chdb:…` of the last 10 minutes and of the last hour (its
+   default window's length), whole process, each checked to list requests of 11 records.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pathlib import Path
 
 from tracejoin.collector.lookup import lookup
 from tracejoin.collector.store import open_store
+from tracejoin.collector.times import ns_to_iso
 
 from .common import TRACE_JOIN, Config, Row, check, median, run_child
 from .corpus import Corpus
@@ -187,4 +190,27 @@ def run(cfg: Config, records: int, intake_lines: int, notes: list[str]) -> list[
                     note=size))
     rows.append(Row("6 fleet", "lookup() by reply id on an open store (the query)", median(query) * 1000, "ms",
                     target=f"≤ {TARGET_QUERY_S * 1000:.0f} ms", passed=median(query) <= TARGET_QUERY_S, note=size))
+    rows += _requests_rows(cfg, folder, size)
+    return rows
+
+
+def _requests_rows(cfg: Config, folder: Path, size: str) -> list[Row]:
+    """`trace-join requests` of the last 10 minutes and of the last hour, whole process, each checked
+    to list its window's requests whole (11 records each)."""
+    with open_store(f"chdb:{folder}", read_only=True) as store:
+        newest = store.engine.arrow("SELECT max(time_ns) AS t FROM records").column("t")[0].as_py()
+    rows = []
+    for label, minutes in (("the last 10 minutes", 10), ("the last hour (the default window's length)", 60)):
+        window = ["--since", ns_to_iso(newest - minutes * 60 * 10**9)]
+        seconds, listed = [], 0
+        for _ in range(cfg.runs):
+            child = check(run_child([TRACE_JOIN, "requests", "--json", "--limit", "10000000", "--store", f"chdb:{folder}",
+                                     *window]), "trace-join requests")
+            seconds.append(child.seconds)
+            requests = json.loads(child.output)
+            listed = len(requests)
+            if not listed or {r["records"] for r in requests} != {RECORDS_PER_REQUEST}:
+                raise RuntimeError(f"requests of {label} were not {RECORDS_PER_REQUEST} records each")
+        rows.append(Row("6 fleet", f"`trace-join requests --json --store chdb:` of {label} (process wall)",
+                        median(seconds), "s", note=f"{listed:,} requests of {RECORDS_PER_REQUEST} records; {size}"))
     return rows
