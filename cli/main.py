@@ -94,12 +94,12 @@ def long_running() -> None:
 
 
 def _duckdb_file(db: Optional[str], command: str) -> Path:
-    """The DuckDB file a command that runs on DuckDB only (snapshot, demo) uses."""
+    """The DuckDB file a command that runs on DuckDB only (demo) uses."""
     from tracejoin.collector.store import default_db_path, is_clickhouse
 
     if is_clickhouse(db):
         raise Failure(f"`{command}` runs on a DuckDB store only, and {db or default_db_path()} is ClickHouse: "
-                      f"ingest and lookup run there (docs/fleet.md)")
+                      f"every other command runs there (docs/fleet.md)")
     return Path(db or default_db_path())
 
 
@@ -283,18 +283,21 @@ def quarantine(db: Optional[str] = DbOption, as_json: bool = JsonOption,
 
 
 @app.command()
-def snapshot(db: Optional[str] = DbOption, as_json: bool = JsonOption):
-    """Write the copy of the store Grafana's DuckDB plugin reads, at DB.snapshot.duckdb: in DuckDB
-    1.5's format, the requests tables built (docs/grafana.md)."""
-    from tracejoin.collector.service.snapshot import publish
+def snapshot(
+    db: Optional[str] = DbOption,
+    as_json: bool = JsonOption,
+    since: Optional[str] = typer.Option(None, help="ClickHouse: the requests that started at or after: ISO time, or 30m, 2h, 1d ago (default: the last hour of records)."),
+    until: Optional[str] = typer.Option(None, help="ClickHouse: the requests that started at or before: ISO time, or 30m, 2h, 1d ago."),
+):
+    """Write what Grafana reads: on DuckDB, the copy of the store its DuckDB plugin reads, at
+    DB.snapshot.duckdb (docs/grafana.md); on ClickHouse, the requests of a window into the tables
+    the ClickHouse dashboards read (docs/fleet.md)."""
     from tracejoin.collector.store import StoreError, StoreLocked, open_store
 
-    source = _duckdb_file(db, "snapshot")
-    if not source.exists():  # opening it to write would make an empty store
-        raise Failure(f"no database at {source}: run `trace-join ingest --db {source} FILES...` first")
+    window = _time_arg(since, "--since"), _time_arg(until, "--until")
     try:
-        with open_store(source) as store:
-            path = publish(store)
+        with open_store(db, create=False) as store:  # a store that is not there is named, not made empty
+            published = store.publish_for_grafana(*window)
     except StoreLocked as e:
         raise Failure(f"{e}; a running trace-join collect writes this copy itself (--snapshot-interval)") from None
     except StoreError as e:
@@ -302,9 +305,9 @@ def snapshot(db: Optional[str] = DbOption, as_json: bool = JsonOption):
     from tracejoin.cli import render
 
     if as_json:
-        render.print_json({"snapshot": str(path)})
+        render.print_json(published)
     else:
-        print(render.grafana_hint(path))
+        print(render.grafana_hint(published))
 
 
 def _seconds(value: float) -> float:

@@ -31,6 +31,7 @@ import logging
 import os
 import re
 import socket
+import time
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -40,7 +41,9 @@ from . import id_index, record_contract
 from .duckdb_engine import connect, let_pandas_in, with_arrow
 from .ids import JOINING_KINDS
 from .records import RECORDS_SCHEMA, BatchBuilder
+from .requests import BUILT_BY, build_requests
 from .sources import otel_clickhouse_tables as otel
+from .times import window_iso
 from .store import (
     RECEIVED_RETENTION, SCHEMA, SETTLE_WORKER_NAMES, BulkRows, Origin, Received, Store, StoreError,
     registered, request_keys_sql, worker_roles_sql,
@@ -237,11 +240,58 @@ def _first_line(e: Exception) -> str:
     return system.group(0) if system else (text.splitlines() or [type(e).__name__])[0]
 
 
-def open_clickhouse_store(spec: str, *, read_only: bool) -> "ClickHouseStore":
+# What publish_for_grafana writes, from the requests build's temp tables: the requests that started in
+# the window, and their records, each with its worker as settled in its request, the facts and ids.
+_PUBLISHED_REQUESTS = """
+CREATE OR REPLACE TEMP TABLE published_requests AS
+    SELECT * REPLACE (coalesce(workers, []) AS workers, coalesce(roles, []) AS roles, coalesce(sources, []) AS sources,
+                      coalesce(reply_ids, []) AS reply_ids, coalesce(internal_ids, []) AS internal_ids,
+                      coalesce(x_request_ids, []) AS x_request_ids, coalesce(disagg_request_ids, []) AS disagg_request_ids,
+                      coalesce(trace_ids, []) AS trace_ids),
+           current_localtimestamp()::TIMESTAMP AS published, 0::UTINYINT AS deleted
+    FROM request_summary WHERE start_ns BETWEEN $since AND $until
+"""
+_PUBLISHED_REQUEST_RECORDS = """
+CREATE OR REPLACE TEMP TABLE published_request_records AS
+    SELECT w.request_id, w.worker, w.role, r.* EXCLUDE (worker, role), f.* EXCLUDE (record_id),
+           (SELECT string_agg(i.kind || '=' || i.value, ' · ' ORDER BY i.kind, i.value) FROM record_ids i
+            WHERE i.record_id = r.record_id AND i.kind NOT IN ('span', 'parent_span')) AS ids,
+           current_localtimestamp()::TIMESTAMP AS published, 0::UTINYINT AS deleted
+    FROM request_workers w JOIN records r USING (record_id) JOIN record_facts f USING (record_id)
+    WHERE w.request_id IN (SELECT request_id FROM published_requests)
+"""
+
+
+def _bounds(since_ns: int | None, until_ns: int | None) -> tuple[int, int]:
+    """A window's bounds, an open end as far as an Int64 goes."""
+    return (-(1 << 63) if since_ns is None else int(since_ns)), ((1 << 63) - 1 if until_ns is None else int(until_ns))
+
+
+_KEYS = ("request_id", "record_id")  # never NULL: the tables' sorting keys
+
+
+def _clickhouse_type(arrow_type: pa.DataType, nullable: bool) -> str:
+    """The ClickHouse column type of a published column (lists are never NULL there: _PUBLISHED_REQUESTS)."""
+    if pa.types.is_list(arrow_type):
+        return f"Array({_clickhouse_type(arrow_type.value_type, False)})"
+    if pa.types.is_timestamp(arrow_type):
+        return "DateTime64(6)"
+    if arrow_type == pa.uint8():
+        return "UInt8"
+    scalar = {pa.int64(): "Int64", pa.int32(): "Int32", pa.float64(): "Float64", pa.bool_(): "Bool",
+              pa.string(): "String", pa.large_string(): "String"}[arrow_type]
+    return f"Nullable({scalar})" if nullable else scalar
+
+
+def _now_us() -> int:
+    return time.time_ns() // 1000
+
+
+def open_clickhouse_store(spec: str, *, read_only: bool, create: bool = True) -> "ClickHouseStore":
     engine = Chdb(spec[len("chdb:"):]) if spec.startswith("chdb:") else Server(spec)
     store = ClickHouseStore(engine, spec, read_only=read_only)
     try:
-        store.create_or_check_schema()
+        store.create_or_check_schema(create and not read_only)
     except BaseException:
         store.close()
         raise
@@ -277,7 +327,7 @@ class ClickHouseStore(Store):
     def where(self) -> str:
         return self.spec
 
-    def create_or_check_schema(self) -> None:
+    def create_or_check_schema(self, create: bool) -> None:
         rows = self.engine.arrow("SELECT value FROM meta FINAL WHERE key = 'schema_version'").to_pylist() \
             if self._has_meta() else []
         if rows:
@@ -288,7 +338,7 @@ class ClickHouseStore(Store):
         if self.read_only and self._otel_tables():
             self._own_tables = False  # only what the OpenTelemetry Collector wrote: read that
             return
-        if self.read_only:
+        if not create:
             raise StoreError(f"{self.spec} holds no trace-join store nor the OpenTelemetry Collector's tables: "
                              f"run `trace-join ingest --store {self.spec} FILES...` first")
         for statement in CLICKHOUSE_SCHEMA:
@@ -590,7 +640,7 @@ class ClickHouseStore(Store):
         joining id leads to from those, and from those, until none is left (the scope the DuckDB
         store's requests build reads when records come: requests.py). A request that started
         before the window but goes on in it is built whole too; the listing leaves it out."""
-        high = (1 << 63) - 1 if until_ns is None else int(until_ns)
+        high = _bounds(since_ns, until_ns)[1]
         if since_ns is None:
             newest = self._newest_time(high)
             if newest is None:
@@ -650,6 +700,78 @@ class ClickHouseStore(Store):
         rows = self.engine.arrow(f"SELECT record_id, name, attrs FROM records WHERE origin_id = {int(row['origin_id'])} "
                                  f"AND {where} ORDER BY {order} LIMIT 1 BY record_id LIMIT {int(n)}")
         return [(r["record_id"], r["name"], r["attrs"]) for r in rows.to_pylist()]
+
+    # -- what Grafana's ClickHouse data source reads (dashboards/clickhouse-sql/) ---------------
+
+    def publish_for_grafana(self, since_ns: int | None, until_ns: int | None) -> dict:
+        """The requests that started in the window (requests_window), as the requests build makes
+        them, into `requests` (a row each, as `trace-join requests` lists them) and
+        `request_records` (each of their records with its worker as settled in the request, the
+        record contract's facts and its ids), the tables the dashboards read. A request built
+        again replaces its rows (ReplacingMergeTree: the latest `published` wins); rows a build no
+        longer makes (records that came since joined two requests, or moved one) are marked
+        deleted, so a reader with FINAL sees each request once, as last built."""
+        if self.read_only or not self._own_tables:
+            raise StoreError(f"{self.spec} is not trace-join's to write: nothing was published")
+        since_ns, until_ns = self.requests_window(since_ns, until_ns)
+        build_requests(self)
+        con = self.con
+        low, high = _bounds(since_ns, until_ns)
+        con.execute(_PUBLISHED_REQUESTS, {"since": low, "until": high})
+        con.execute(_PUBLISHED_REQUEST_RECORDS)
+        self._create_published_tables()
+        requests, records = con.sql("SELECT * FROM published_requests").to_arrow_table(), \
+            con.sql("SELECT * FROM published_request_records").to_arrow_table()
+        stale_requests, stale_records = self._stale(requests, records, since_ns, until_ns)
+        for table, rows in (("request_records", records), ("requests", requests),
+                            ("request_records", stale_records), ("requests", stale_requests)):
+            if rows.num_rows:
+                self.engine.insert(table, rows)
+        return {"window": window_iso(since_ns, until_ns), "requests": requests.num_rows,
+                "records": records.num_rows, "replaced": stale_requests.num_rows}
+
+    def _create_published_tables(self) -> None:
+        """The two tables, their columns those of the build's own results (one list of them: the
+        requests build's); made again when a release's build makes other columns, since what is
+        published can be published again."""
+        built = self.engine.arrow("SELECT value FROM meta FINAL WHERE key = 'published_by'").to_pylist()
+        if built and built[0]["value"] == BUILT_BY:
+            return
+        # A dashboard finds a request's records by its id, and the requests an id names by their records'.
+        for name, partition, order, index in (
+                ("requests", "start_ns", "request_id", ""),
+                ("request_records", "time_ns", "(request_id, record_id)",
+                 ", INDEX by_record_id record_id TYPE bloom_filter GRANULARITY 1")):
+            columns = ", ".join(f"`{field.name}` {_clickhouse_type(field.type, field.name not in _KEYS)}"
+                                for field in self.con.sql(f"SELECT * FROM published_{name} LIMIT 0").to_arrow_table().schema)
+            self.engine.command(f"DROP TABLE IF EXISTS {name}")
+            self.engine.command(
+                f"CREATE TABLE {name} ({columns}{index}) "
+                f"ENGINE = ReplacingMergeTree(published, deleted) "
+                f"PARTITION BY toYYYYMMDD(fromUnixTimestamp64Nano(ifNull({partition}, 0))) ORDER BY {order}")
+        self.engine.command(f"INSERT INTO meta (key, value) VALUES ('published_by', '{BUILT_BY}')")
+
+    def _stale(self, requests: pa.Table, records: pa.Table, since_ns, until_ns) -> tuple[pa.Table, pa.Table]:
+        """Deletion rows for what was published before and this build no longer makes: requests of
+        the window under another id now, and records no longer in the request they were in. Each
+        carries its row's key and partition column, which is what replaces a row."""
+        low, high = _bounds(since_ns, until_ns)
+        ids = requests.column("request_id").to_pylist()
+        kept = _listed(ids) or "NULL"
+        old_requests = self.engine.arrow(
+            f"SELECT request_id, start_ns FROM requests FINAL WHERE start_ns BETWEEN {low} AND {high} "
+            f"AND request_id NOT IN ({kept})")
+        wanted = old_requests.column("request_id").to_pylist() + ids
+        pairs = set(zip(records.column("request_id").to_pylist(), records.column("record_id").to_pylist()))
+        old_records = [row for i in range(0, len(wanted), 2000) for row in self.engine.arrow(
+            f"SELECT request_id, record_id, time_ns FROM request_records FINAL "
+            f"WHERE request_id IN ({_listed(wanted[i:i + 2000])})").to_pylist()
+            if (row["request_id"], row["record_id"]) not in pairs]
+        deleted = lambda rows, n: rows.append_column("published", pa.array([_now_us()] * n, pa.timestamp("us"))) \
+            .append_column("deleted", pa.array([1] * n, pa.uint8()))
+        return (deleted(old_requests, old_requests.num_rows),
+                deleted(pa.Table.from_pylist(old_records, pa.schema([("request_id", pa.int64()), ("record_id", pa.int64()),
+                                                                     ("time_ns", pa.int64())])), len(old_records)))
 
     def quarantined(self, limit: int) -> list[tuple]:
         if not self._own_tables:

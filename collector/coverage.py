@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from .requests import build_requests
 from .store import Store
-from .times import ns_to_iso
+from .times import window_iso
 
 FIRST_PHASE = ("ctx", "prefill")
 SECOND_PHASE = ("gen", "decode")
@@ -67,7 +67,7 @@ def coverage(store: Store, since_ns: int | None = None, until_ns: int | None = N
             GROUP BY w.worker ORDER BY w.worker""").fetchall()
     ]
     return {
-        "window": {"since": _iso(since_ns), "until": _iso(until_ns)},
+        "window": window_iso(since_ns, until_ns),
         "replies": replies,
         "joined": {"both_workers": both, "one_worker": one, "aggregated_worker": aggregated, "no_worker": none_},
         "collided_replies": collided,
@@ -75,7 +75,3 @@ def coverage(store: Store, since_ns: int | None = None, until_ns: int | None = N
         "by_source": by_source,
         "by_worker": by_worker,
     }
-
-
-def _iso(ns: int | None) -> str | None:
-    return None if ns is None else ns_to_iso(ns)

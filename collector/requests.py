@@ -273,7 +273,7 @@ def build_requests(store: Store) -> None:
     open for writing; for a read-only connection whose stored tables lag, built here for the whole
     store."""
     con = store.con
-    if not store.read_only:
+    if store.keeps_requests and not store.read_only:
         update_requests(store)
     if _stored_tables_current(con):
         _drop_temp(con, _RESULTS)

@@ -263,15 +263,15 @@ def is_clickhouse(spec: str | os.PathLike | None) -> bool:
     return str(spec or default_db_path()).startswith(("chdb:", "clickhouse://"))
 
 
-def open_store(path: str | os.PathLike | None = None, *, read_only: bool = False) -> "Store":
+def open_store(path: str | os.PathLike | None = None, *, read_only: bool = False, create: bool = True) -> "Store":
     """The store at `path`: a DuckDB file, or `chdb:FOLDER` or `clickhouse://HOST:PORT/DB` for
-    ClickHouse (clickhouse_store.py)."""
+    ClickHouse (clickhouse_store.py). `create`: a new one where there is none (when not read-only)."""
     if is_clickhouse(path):
         from .clickhouse_store import open_clickhouse_store
 
-        return open_clickhouse_store(str(path or default_db_path()), read_only=read_only)
+        return open_clickhouse_store(str(path or default_db_path()), read_only=read_only, create=create)
     path = Path(path or default_db_path())
-    if read_only and not path.exists():
+    if (read_only or not create) and not path.exists():
         raise StoreError(f"no database at {path}: run `trace-join ingest --db {path} FILES...` first")
     if not read_only:
         with_arrow()  # writers register their batches as Arrow tables
@@ -445,6 +445,16 @@ class Store:
         when each started, with every record of those requests readable through `con`: here the
         window asked for, every record being there."""
         return since_ns, until_ns
+
+    def publish_for_grafana(self, since_ns: int | None, until_ns: int | None) -> dict:
+        """Write what Grafana's data source reads (`trace-join snapshot`): here the snapshot, a
+        copy of the whole store with its requests tables (service/snapshot.py)."""
+        if since_ns is not None or until_ns is not None:
+            raise StoreError("a DuckDB store's snapshot holds every request: --since and --until choose the "
+                             "requests published on a ClickHouse store")
+        from .service.snapshot import publish
+
+        return {"snapshot": str(publish(self))}
 
     def file_lines(self, row: dict, n: int, *, after: bool) -> list[tuple[int, str | None, str | None]]:
         """(record_id, name, attrs) of up to n records of the row's file right after it (or

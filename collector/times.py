@@ -64,6 +64,11 @@ def ns_to_iso(ns: int) -> str:
     return f"{base}.{rest // 1000:06d}Z"
 
 
+def window_iso(since_ns: int | None, until_ns: int | None) -> dict:
+    """A window's bounds as ISO times, None where it is open."""
+    return {name: None if ns is None else ns_to_iso(ns) for name, ns in (("since", since_ns), ("until", until_ns))}
+
+
 def extent(kind: str, time, duration):
     """When a record's duration ran, in the unit of its time and duration: from its time for a span
     or a measurement (perf metrics and hooks are timed at the request's arrival), up to its time

@@ -1,5 +1,6 @@
-"""What Grafana and the DuckDB plugin do to a panel's SQL before DuckDB runs it, so the dashboards'
-queries run outside Grafana: in tests/test_dashboards.py, or by hand:
+"""What Grafana and its data source plugin do to a panel's SQL before the database runs it, so the
+dashboards' queries run outside Grafana: in tests/test_dashboards.py, or by hand. `expand` models
+the DuckDB plugin, `expand_clickhouse` ClickHouse's (below):
 
     python dashboards/macros.py dashboards/sql/fleet/errors.sql \\
         --from 2026-11-30T10:00:00Z --to 2026-11-30T11:00:00Z --interval-ms 60000 \\
@@ -16,7 +17,15 @@ grafana/sqlds v3, whose macros are grafana-plugin-sdk-go's sqlutil.DefaultMacros
 2. The backend expands the macros: `$__timeFilter(col)` becomes
    `col >= '<from>' AND col <= '<to>'` (RFC 3339, UTC, whole seconds, no parentheses added).
 
-A variable's own query (the lookup's `request`) takes another path (plugin-ui's
+ClickHouse's plugin (grafana-clickhouse-datasource 4.x, its `applyTemplateVariables` and the macros
+of pkg/macros/macros.go) does less: Grafana replaces the variables, a reference without a format
+taking a single value as typed and several as `'a','b'`, and `sqlstring` doubling quotes; no quote
+pairs are merged; then the backend expands `$__timeFilter(col)` to `col >= toDateTime(<from, Unix
+seconds>) AND col <= toDateTime(<to>)`, `$__timeInterval(col)` to `toStartOfInterval(toDateTime(col),
+INTERVAL <s> second)` and `$__interval_s` to <s>, Grafana's interval in whole seconds (at least 1).
+A variable's query takes the same path as a panel's.
+
+A DuckDB variable's own query (the lookup's `request`) takes another path (plugin-ui's
 metricFindQuery, `variable_query=True`): a reference without a format gets a single value as
 typed, several quoted, and no quote pairs are merged. Only what the dashboards use is modelled:
 anything else left in the query (another macro, a variable nobody set) is an error here, where
@@ -70,7 +79,6 @@ _FORMATS: dict[str, Callable[[Value], str]] = {
     "csv": _csv,
 }
 _VARIABLE = re.compile(r"\$\{(\w+)(?::(\w+))?\}|\$(\w+)")
-_TIME_FILTER = re.compile(r"\$__timeFilter\b")
 
 
 def expand(sql: str, window: Window, variables: Mapping[str, Value] | None = None, *,
@@ -98,15 +106,55 @@ def expand(sql: str, window: Window, variables: Mapping[str, Value] | None = Non
     return sql
 
 
-def _expand_time_filters(sql: str, window: Window) -> str:
-    start, end = (_rfc3339(t) for t in (window.start, window.end))
-    while m := _TIME_FILTER.search(sql):
+def expand_clickhouse(sql: str, window: Window, variables: Mapping[str, Value] | None = None) -> str:
+    """The query ClickHouse receives from Grafana for this window and these variable values."""
+    values = dict(variables or {})
+    formats = {"sqlstring": _grafana_sqlstring, "csv": _csv}
+
+    def variable(m: re.Match) -> str:
+        name, fmt = (m[1], m[2]) if m[1] else (m[3], None)
+        if name not in values:
+            return m[0]
+        if fmt and fmt not in formats:
+            raise ExpansionError(f"variable format {fmt!r} in {m[0]} is not modelled")
+        value = values[name]
+        if fmt:
+            return formats[fmt](value)
+        return "'" + "','".join(value) + "'" if isinstance(value, list) else value
+
+    sql = _VARIABLE.sub(variable, sql)
+    seconds = max(window.interval_ms // 1000, 1)
+    start, end = (f"toDateTime({int(t.timestamp())})" for t in (window.start, window.end))
+    sql = _expand_macro(sql, "timeFilter", lambda column: f"{column} >= {start} AND {column} <= {end}")
+    sql = _expand_macro(sql, "timeInterval",
+                        lambda column: f"toStartOfInterval(toDateTime({column}), INTERVAL {seconds} second)")
+    sql = re.sub(r"\$__interval_s\b", str(seconds), sql)
+    leftover = _VARIABLE.search(sql)
+    if leftover:
+        raise ExpansionError(f"{leftover[0]} is neither a macro the dashboards use nor a variable given")
+    return sql
+
+
+def _grafana_sqlstring(value: Value) -> str:
+    """Grafana's own `sqlstring` format: each value quoted, its quotes doubled."""
+    quote = lambda v: "'" + v.replace("'", "''") + "'"
+    return ",".join(map(quote, value)) if isinstance(value, list) else quote(value)
+
+
+def _expand_macro(sql: str, name: str, expansion: Callable[[str], str]) -> str:
+    """Each `$__name(column)` replaced by its expansion."""
+    pattern = re.compile(rf"\$__{name}\b")
+    while m := pattern.search(sql):
         args, length = _arguments(sql, m.end())
         if len(args) != 1:
-            raise ExpansionError(f"$__timeFilter takes one argument, got {len(args)}")
-        column = args[0]
-        sql = sql[:m.start()] + f"{column} >= '{start}' AND {column} <= '{end}'" + sql[m.end() + length:]
+            raise ExpansionError(f"$__{name} takes one argument, got {len(args)}")
+        sql = sql[:m.start()] + expansion(args[0]) + sql[m.end() + length:]
     return sql
+
+
+def _expand_time_filters(sql: str, window: Window) -> str:
+    start, end = (_rfc3339(t) for t in (window.start, window.end))
+    return _expand_macro(sql, "timeFilter", lambda column: f"{column} >= '{start}' AND {column} <= '{end}'")
 
 
 def _arguments(sql: str, at: int) -> tuple[list[str], int]:
@@ -142,8 +190,9 @@ def _utc(text: str) -> datetime:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Print a panel's SQL as Grafana would send it to DuckDB.")
-    parser.add_argument("sql", type=Path, help="a .sql file under dashboards/sql/")
+    parser = argparse.ArgumentParser(description="Print a panel's SQL as Grafana would send it to the database.")
+    parser.add_argument("sql", type=Path, help="a .sql file under dashboards/sql/ (or dashboards/clickhouse-sql/)")
+    parser.add_argument("--clickhouse", action="store_true", help="as ClickHouse's plugin sends it")
     parser.add_argument("--from", dest="start", required=True, type=_utc, help="ISO time, UTC if no zone")
     parser.add_argument("--to", dest="end", required=True, type=_utc, help="ISO time, UTC if no zone")
     parser.add_argument("--interval-ms", type=int, default=60_000, help="Grafana's $__interval_ms (default 60000)")
@@ -159,7 +208,9 @@ def main(argv: list[str] | None = None) -> None:
     window = Window(args.start, args.end, args.interval_ms)
     single = {k: v[0] if len(v) == 1 else v for k, v in variables.items()}
     try:
-        print(expand(args.sql.read_text(), window, single, variable_query=args.variable_query))
+        sql = args.sql.read_text()
+        print(expand_clickhouse(sql, window, single) if args.clickhouse
+              else expand(sql, window, single, variable_query=args.variable_query))
     except ExpansionError as e:
         sys.exit(f"macros.py: {e}")
 

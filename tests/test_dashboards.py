@@ -2,14 +2,17 @@
 
 Every panel's query runs, as Grafana and the DuckDB plugin would send it (dashboards/macros.py),
 against the snapshot the collector publishes for Grafana, of a store `trace-join demo` built; the
-core panels must show rows, and agree with `trace-join coverage` and `trace-join lookup`. The
-committed JSON must be what dashboards/build.py makes.
+core panels must show rows, and agree with `trace-join coverage` and `trace-join lookup`. Every
+panel of the ClickHouse dashboards runs, as ClickHouse's plugin would send it, on chdb holding the
+same records, published by `trace-join snapshot --store chdb:…`, and shows what its DuckDB twin
+shows. The committed JSON must be what dashboards/build.py makes.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -18,15 +21,16 @@ from pathlib import Path
 from typing import Iterator
 
 import duckdb
+import pyarrow as pa
 import pytest
 
-from dashboards.macros import ExpansionError, Window, expand
+from dashboards.macros import ExpansionError, Window, expand, expand_clickhouse
 from tracejoin.collector.service.snapshot import publish
 from tracejoin.collector.store import open_store
 
 ROOT = Path(__file__).resolve().parents[1]
 DASHBOARDS = {name: json.loads((ROOT / "dashboards" / name).read_text())
-              for name in ("fleet.json", "request-lookup.json")}
+              for name in ("fleet.json", "request-lookup.json", "fleet-clickhouse.json", "request-lookup-clickhouse.json")}
 INTERVAL_MS = 1000
 TRACE_FIELDS = ["traceID", "spanID", "parentSpanID", "operationName", "serviceName", "startTime", "duration"]
 # Column types the plugin turns into Grafana fields; lists, structs, JSON and HUGEINT it cannot.
@@ -44,7 +48,9 @@ def panel(dashboard: str, title: str) -> dict:
 
 
 SQL_PANELS = [(name, p) for name, d in DASHBOARDS.items() for p in all_panels(d)
-              if any("rawSql" in t for t in p.get("targets", []))]
+              if any("rawSql" in t for t in p.get("targets", [])) and "clickhouse" not in name]
+CLICKHOUSE_PANELS = [(name, p) for name, d in DASHBOARDS.items() for p in all_panels(d)
+                     if any("rawSql" in t for t in p.get("targets", [])) and "clickhouse" in name]
 
 
 @dataclass
@@ -81,8 +87,8 @@ class Demo:
         return json.loads(p.stdout)
 
 
-def variable_query(name: str) -> str:
-    [variable] = [v for v in DASHBOARDS["request-lookup.json"]["templating"]["list"] if v["name"] == name]
+def variable_query(name: str, dashboard: str = "request-lookup.json") -> str:
+    [variable] = [v for v in DASHBOARDS[dashboard]["templating"]["list"] if v["name"] == name]
     return variable["query"]
 
 
@@ -236,6 +242,97 @@ def test_macros_expand_as_the_plugin_does():
     for unknown in ("WHERE $__timeGroup(t, '1m')", "WHERE x = $nobody", "WHERE x IN (${x:glob})"):
         with pytest.raises(ExpansionError):
             expand(unknown, window, {"x": "1"})
+
+
+@pytest.fixture(scope="session")
+def clickhouse_demo(demo, tmp_path_factory) -> Iterator:
+    """The demo's records ingested into chdb as the demo ingested them, and every request published
+    for Grafana's ClickHouse data source: the chdb store, open in this process."""
+    pytest.importorskip("chdb", reason="chdb (ClickHouse's engine in process) is not installed")
+    spec = f"chdb:{tmp_path_factory.mktemp('clickhouse-dashboards') / 'demo.chdb'}"
+    zone = datetime.now().astimezone().strftime("%z")
+    for args in (("ingest", "--tz", zone, str(demo.snapshot.parent / "records")),
+                 ("snapshot", "--since", "2000-01-01T00:00:00Z")):
+        subprocess.run([sys.executable, "-m", "tracejoin.cli", *args, "--store", spec],
+                       check=args[0] == "snapshot", capture_output=True, timeout=120)
+    with open_store(spec, read_only=True) as store:
+        yield store
+
+
+def clickhouse_rows(store, dashboard: str, title: str, window: Window, variables: dict | None = None) -> list[dict]:
+    [target] = panel(dashboard, title)["targets"]
+    rows = store.engine.arrow(expand_clickhouse(target["rawSql"], window, variables))
+    # chdb's Arrow gives a DateTime as its Unix seconds (uint32); the plugin, reading ClickHouse's
+    # native protocol, a time.
+    return [{k: datetime.fromtimestamp(v, timezone.utc) if rows.schema.field(k).type == pa.uint32() else v
+             for k, v in row.items()} for row in rows.to_pylist()]
+
+
+def comparable(rows: list[dict], leave_out=()) -> list[dict]:
+    """Rows as both engines give them alike: times as microseconds since the epoch (DuckDB's
+    TIMESTAMP has no zone and microseconds, ClickHouse's DateTime64 a zone and nanoseconds), numbers
+    to three places; the columns that number a request or a record (each store numbers its own) left out."""
+    def value(v):
+        if isinstance(v, str):  # a number in a JSON attribute: 1.0 as DuckDB writes a double, 1 as ClickHouse
+            return re.sub(r"(?<=\d)\.0\b", "", v)
+        if isinstance(v, datetime):
+            return ((v if v.tzinfo else v.replace(tzinfo=timezone.utc)) - EPOCH) // timedelta(microseconds=1)
+        if isinstance(v, float):
+            return round(v, 3)
+        return v
+    return [{k: value(v) for k, v in row.items() if k not in leave_out} for row in rows]
+
+
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+# Columns each store fills with its own numbers for a request or a record.
+NUMBERED = ("request_id", "traceID", "spanID")
+
+
+@pytest.mark.parametrize("dashboard, query_panel", CLICKHOUSE_PANELS, ids=[p["title"] for _, p in CLICKHOUSE_PANELS])
+def test_every_clickhouse_panel_shows_what_its_duckdb_twin_shows(demo, clickhouse_demo, dashboard, query_panel):
+    duckdb_dashboard = dashboard.replace("-clickhouse", "")
+    variables = clickhouse_variables = None
+    if "lookup" in dashboard:
+        variables = demo.variables()
+        options = clickhouse_demo.engine.arrow(expand_clickhouse(
+            variable_query("request", dashboard), demo.window, {"id": demo.reply_id})).to_pylist()
+        assert [o["__text"] for o in options] == [text for text, _ in demo.requests_named(demo.reply_id)]
+        clickhouse_variables = {"id": demo.reply_id, "request": [str(o["__value"]) for o in options]}
+    [target] = query_panel["targets"]
+    rows = clickhouse_rows(clickhouse_demo, dashboard, query_panel["title"], demo.window, clickhouse_variables)
+    _, twin = demo.rows(duckdb_dashboard, query_panel["title"], variables)
+    if query_panel["title"] != "Orphans by source and worker":  # the demo leaves no orphans
+        assert twin, "the DuckDB panel shows rows to compare with"
+    # The one column ClickHouse's panels leave out: orphans without a wall-clock time, which no
+    # window publishes.
+    twin = [{k: v for k, v in r.items() if k != "without_wall_clock"} for r in twin]
+    assert comparable(rows, NUMBERED) == comparable(twin, NUMBERED)
+    if target["format"] == 0:  # a time series: the plugin wants its time first, sorted
+        assert list(rows[0])[0] == "time" and [r["time"] for r in rows] == sorted(r["time"] for r in rows)
+
+
+def test_a_clickhouse_lookup_of_an_id_that_names_nothing_is_empty_not_broken(demo, clickhouse_demo):
+    for missing in ("", "no-such-id", "it's"):
+        [option] = clickhouse_demo.engine.arrow(expand_clickhouse(
+            variable_query("request", "request-lookup-clickhouse.json"), demo.window, {"id": missing})).to_pylist()
+        assert option["__value"] == -1, option
+        assert clickhouse_rows(clickhouse_demo, "request-lookup-clickhouse.json", "Timeline", demo.window,
+                               {"id": missing, "request": ["-1"]}) == []
+
+
+def test_clickhouse_macros_expand_as_the_plugin_does():
+    window = Window(datetime(2026, 11, 30, 10, 15, 2, 500000, timezone.utc),
+                    datetime(2026, 11, 30, 11, 15, tzinfo=timezone.utc), 60_000)
+    assert expand_clickhouse("SELECT $__timeInterval(t) AS time, count() / $__interval_s WHERE $__timeFilter(t)",
+                             window) == (
+        "SELECT toStartOfInterval(toDateTime(t), INTERVAL 60 second) AS time, count() / 60 "
+        "WHERE t >= toDateTime(1796033702) AND t <= toDateTime(1796037300)")
+    # Values as typed by default, several quoted; Grafana's sqlstring doubles quotes; nothing merged.
+    assert expand_clickhouse("SELECT ${x:csv}, $x, ${y:sqlstring}, $y, ''", window,
+                             {"x": ["1", "2"], "y": "it's"}) == "SELECT 1,2, '1','2', 'it''s', it's, ''"
+    for unknown in ("WHERE $__timeGroup(t, '1m')", "WHERE x = $nobody", "WHERE x IN (${x:glob})"):
+        with pytest.raises(ExpansionError):
+            expand_clickhouse(unknown, window, {"x": "1"})
 
 
 def test_the_committed_dashboards_are_what_build_py_makes(tmp_path):

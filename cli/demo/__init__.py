@@ -23,7 +23,6 @@ from tracejoin.cli import render
 from tracejoin.collector.coverage import coverage
 from tracejoin.collector.ingest import Ingester
 from tracejoin.collector.lookup import lookup
-from tracejoin.collector.service.snapshot import publish
 from tracejoin.collector.store import Store
 
 from .deployment import Deployment, DeploymentError, Processes
@@ -94,7 +93,7 @@ def walk_through(store: Store, out: Path, reply: str) -> dict:
     print("\n$ trace-join coverage\n")
     render.coverage_text(coverage(store))
     print("\n$ trace-join snapshot\n")
-    print(render.grafana_hint(publish(store)))
+    print(render.grafana_hint(store.publish_for_grafana(None, None)))
     return found
 
 

@@ -6,6 +6,7 @@ which run on both (`either_store`)."""
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
@@ -125,10 +126,10 @@ def test_commands_the_clickhouse_store_does_not_run_say_so_in_one_line(tj, tmp_p
 
     _sample(tmp_path / "logs", 1)
     assert tj("ingest", tmp_path / "logs", "--store", spec, with_db=False).code == 0
-    snapshot = tj("snapshot", "--store", spec, with_db=False)
-    assert snapshot.code != 0
-    assert_one_clear_line(snapshot)
-    assert "DuckDB store only" in snapshot.err
+    demo = tj("demo", "--store", spec, with_db=False)
+    assert demo.code != 0
+    assert_one_clear_line(demo)
+    assert "DuckDB store only" in demo.err
     scrape = tj("collect", "--store", spec, "--scrape", "http://127.0.0.1:9/perf_metrics", "--otlp-grpc", "off",
                 "--otlp-http", "off", with_db=False)
     assert scrape.code != 0
@@ -169,6 +170,37 @@ def test_requests_and_coverage_build_the_last_hour_unless_told_another_window(tj
     assert [r["trace_ids"] for r in both.json()] == [[late.trace_id], [early.trace_id]] and not both.err
     until = ("--until", ns_to_iso(early.start_ns + 10**9))
     assert tj("coverage", "--json", "--store", spec, *everything, *until, with_db=False).json()["replies"] == 1
+
+
+def test_snapshot_publishes_each_request_once_as_last_built(tj, tmp_path):
+    """The tables Grafana's ClickHouse dashboards read: a worker's record published alone (an orphan)
+    and then again once the router's record that joins it has come is one request, not two; a
+    publish repeated adds nothing."""
+    spec = f"chdb:{tmp_path / 'fleet.chdb'}"
+    line = lambda ts, event, role, worker, **ids: json.dumps(
+        {"schema": "tracejoin.log.v1", "ts": f"2026-12-03T10:40:0{ts}Z", "level": "info", "event": event,
+         "role": role, "worker": worker, **ids}) + "\n"
+    (tmp_path / "gen.jsonl").write_text(line(2, "request.end", "gen", "gen-0:8002", disagg_request_id="1099511627776",
+                                             engine_request_id="1"))
+    (tmp_path / "router.jsonl").write_text(line(1, "request.start", "router", "gw:8000", internal_id="r1",
+                                                disagg_request_id="1099511627776", trace_id="1" * 32, span_id="1" * 16))
+
+    def published() -> list[dict]:
+        with open_store(spec, read_only=True) as store:
+            return store.engine.arrow("SELECT q.has_entry AS has_entry, q.records AS records, "
+                                      "(SELECT count() FROM request_records FINAL WHERE request_id = q.request_id) AS rows "
+                                      "FROM requests AS q FINAL ORDER BY has_entry").to_pylist()
+
+    since = ("--since", "2026-12-03T10:00:00Z")
+    assert tj("ingest", tmp_path / "gen.jsonl", "--store", spec, with_db=False).code == 0
+    assert tj("snapshot", "--json", "--store", spec, *since, with_db=False).json()["requests"] == 1
+    assert published() == [{"has_entry": False, "records": 1, "rows": 1}]
+    assert tj("ingest", tmp_path / "router.jsonl", "--store", spec, with_db=False).code == 0
+    for _ in range(2):
+        assert tj("snapshot", "--json", "--store", spec, *since, with_db=False).json()["requests"] == 1
+        assert published() == [{"has_entry": True, "records": 2, "rows": 2}]
+    text = tj("snapshot", "--store", spec, *since, with_db=False)
+    assert "published 1 requests" in text.out and "grafana-clickhouse-datasource" in text.out
 
 
 def test_the_store_is_chosen_by_tracejoin_store(tmp_path):
