@@ -218,14 +218,14 @@ def grafana_hint(published: dict) -> str:
     """What `trace-join snapshot` wrote, and what to do with it, for people."""
     if "snapshot" in published:
         return (f"wrote {visible(str(Path(published['snapshot']).resolve()))}\nGrafana: point a DuckDB data source "
-                "(motherduck-duckdb-datasource) at that file, then import dashboards/fleet.json and "
-                "dashboards/request-lookup.json (docs/grafana.md)")
+                "(motherduck-duckdb-datasource) at that file, then import dashboards/duckdb/fleet.json and "
+                "dashboards/duckdb/request-lookup.json (docs/grafana.md)")
     window = published["window"]
     span = " to ".join(t for t in (window["since"], window["until"]) if t is not None)
     return (f"published {published['requests']} requests ({published['records']} records) that started "
             f"{'from ' + span if span else 'at any time'}; {published['replaced']} published before are replaced\n"
             "Grafana: point a ClickHouse data source (grafana-clickhouse-datasource) at the database, then import "
-            "dashboards/fleet-clickhouse.json and dashboards/request-lookup-clickhouse.json (docs/fleet.md)")
+            "dashboards/clickhouse/fleet.json and dashboards/clickhouse/request-lookup.json (docs/fleet.md)")
 
 
 def ms(value) -> str:

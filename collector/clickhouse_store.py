@@ -701,7 +701,7 @@ class ClickHouseStore(Store):
                                  f"AND {where} ORDER BY {order} LIMIT 1 BY record_id LIMIT {int(n)}")
         return [(r["record_id"], r["name"], r["attrs"]) for r in rows.to_pylist()]
 
-    # -- what Grafana's ClickHouse data source reads (dashboards/clickhouse-sql/) ---------------
+    # -- what Grafana's ClickHouse data source reads (dashboards/clickhouse/) ------------------
 
     def publish_for_grafana(self, since_ns: int | None, until_ns: int | None) -> dict:
         """The requests that started in the window (requests_window), as the requests build makes

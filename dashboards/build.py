@@ -1,15 +1,15 @@
 """The Grafana dashboards, as code: `python dashboards/build.py` writes fleet.json and
-request-lookup.json, for Grafana's DuckDB data source, and fleet-clickhouse.json and
-request-lookup-clickhouse.json, for its ClickHouse data source, next to this file (`--out DIR`
-elsewhere). Commit what it writes; a test checks the committed JSON is what this script makes.
+request-lookup.json into duckdb/, for Grafana's DuckDB data source, and into clickhouse/, for its
+ClickHouse data source (`--out DIR`: into DIR/duckdb and DIR/clickhouse). Commit what it writes; a
+test checks the committed JSON is what this script makes.
 
 Plain dicts in Grafana's dashboard JSON model (schemaVersion 39, Grafana 10.4 and later). The two
-flavors lay out the same panels; each panel's SQL lives in a file of its own, in DuckDB's dialect
-under sql/ (the plugin `motherduck-duckdb-datasource`, reading the snapshot `trace-join snapshot`
-writes) and in ClickHouse's under clickhouse-sql/ (`grafana-clickhouse-datasource`, reading the
-tables `trace-join snapshot --store clickhouse://…` publishes), embedded as the target's `rawSql`;
-the comment that opens the file becomes the panel's description. docs/grafana.md says what each
-panel shows.
+flavors lay out the same panels; each panel's SQL lives in a file of its own under the flavor's
+sql/, in DuckDB's dialect (the plugin `motherduck-duckdb-datasource`, reading the snapshot
+`trace-join snapshot` writes) or ClickHouse's (`grafana-clickhouse-datasource`, reading the tables
+`trace-join snapshot --store clickhouse://…` publishes), embedded as the target's `rawSql`; the
+comment that opens the file becomes the panel's description. docs/grafana.md says what each panel
+shows.
 """
 
 from __future__ import annotations
@@ -33,8 +33,12 @@ class Flavor:
     """The dashboards for one data source plugin: where its queries are and how its targets look."""
 
     plugin: str
-    sql: Path
-    suffix: str  # of the dashboards' uids and files
+    folder: str  # under dashboards/: its JSON, and its queries in sql/
+    suffix: str  # of the dashboards' uids
+
+    @property
+    def sql(self) -> Path:
+        return HERE / self.folder / "sql"
 
     @property
     def datasource(self) -> Json:
@@ -64,8 +68,8 @@ class Flavor:
                 "rawQuery": True, "rawSql": self.sql_file(name)}
 
 
-DUCKDB = Flavor("motherduck-duckdb-datasource", HERE / "sql", "")
-CLICKHOUSE = Flavor("grafana-clickhouse-datasource", HERE / "clickhouse-sql", "-clickhouse")
+DUCKDB = Flavor("motherduck-duckdb-datasource", "duckdb", "")
+CLICKHOUSE = Flavor("grafana-clickhouse-datasource", "clickhouse", "-clickhouse")
 
 
 def description(sql: str) -> str:
@@ -209,7 +213,7 @@ def request_lookup(flavor: Flavor) -> Json:
                      timepicker={"hidden": True})
 
 
-DASHBOARDS = {f"{name}{flavor.suffix}.json": (build, flavor)
+DASHBOARDS = {f"{flavor.folder}/{name}.json": (build, flavor)
               for flavor in (DUCKDB, CLICKHOUSE) for name, build in (("fleet", fleet), ("request-lookup", request_lookup))}
 
 
@@ -217,8 +221,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=HERE, help="folder to write the JSON to (default: dashboards/)")
     out = parser.parse_args().out
-    out.mkdir(parents=True, exist_ok=True)
     for name, (build, flavor) in DASHBOARDS.items():
+        (out / name).parent.mkdir(parents=True, exist_ok=True)
         (out / name).write_text(json.dumps(build(flavor), indent=2, ensure_ascii=False) + "\n")
         print(out / name)
 

@@ -2,7 +2,7 @@
 dashboards' queries run outside Grafana: in tests/test_dashboards.py, or by hand. `expand` models
 the DuckDB plugin, `expand_clickhouse` ClickHouse's (below):
 
-    python dashboards/macros.py dashboards/sql/fleet/errors.sql \\
+    python dashboards/macros.py dashboards/duckdb/sql/fleet/errors.sql \\
         --from 2026-11-30T10:00:00Z --to 2026-11-30T11:00:00Z --interval-ms 60000 \\
         | duckdb -readonly tracejoin.duckdb.snapshot.duckdb
 
@@ -191,7 +191,7 @@ def _utc(text: str) -> datetime:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Print a panel's SQL as Grafana would send it to the database.")
-    parser.add_argument("sql", type=Path, help="a .sql file under dashboards/sql/ (or dashboards/clickhouse-sql/)")
+    parser.add_argument("sql", type=Path, help="a .sql file under dashboards/duckdb/sql/ (or dashboards/clickhouse/sql/)")
     parser.add_argument("--clickhouse", action="store_true", help="as ClickHouse's plugin sends it")
     parser.add_argument("--from", dest="start", required=True, type=_utc, help="ISO time, UTC if no zone")
     parser.add_argument("--to", dest="end", required=True, type=_utc, help="ISO time, UTC if no zone")

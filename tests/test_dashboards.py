@@ -30,7 +30,8 @@ from tracejoin.collector.store import open_store
 
 ROOT = Path(__file__).resolve().parents[1]
 DASHBOARDS = {name: json.loads((ROOT / "dashboards" / name).read_text())
-              for name in ("fleet.json", "request-lookup.json", "fleet-clickhouse.json", "request-lookup-clickhouse.json")}
+              for name in ("duckdb/fleet.json", "duckdb/request-lookup.json",
+                           "clickhouse/fleet.json", "clickhouse/request-lookup.json")}
 INTERVAL_MS = 1000
 TRACE_FIELDS = ["traceID", "spanID", "parentSpanID", "operationName", "serviceName", "startTime", "duration"]
 # Column types the plugin turns into Grafana fields; lists, structs, JSON and HUGEINT it cannot.
@@ -48,9 +49,9 @@ def panel(dashboard: str, title: str) -> dict:
 
 
 SQL_PANELS = [(name, p) for name, d in DASHBOARDS.items() for p in all_panels(d)
-              if any("rawSql" in t for t in p.get("targets", [])) and "clickhouse" not in name]
+              if any("rawSql" in t for t in p.get("targets", [])) and name.startswith("duckdb/")]
 CLICKHOUSE_PANELS = [(name, p) for name, d in DASHBOARDS.items() for p in all_panels(d)
-                     if any("rawSql" in t for t in p.get("targets", [])) and "clickhouse" in name]
+                     if any("rawSql" in t for t in p.get("targets", [])) and name.startswith("clickhouse/")]
 
 
 @dataclass
@@ -87,7 +88,7 @@ class Demo:
         return json.loads(p.stdout)
 
 
-def variable_query(name: str, dashboard: str = "request-lookup.json") -> str:
+def variable_query(name: str, dashboard: str = "duckdb/request-lookup.json") -> str:
     [variable] = [v for v in DASHBOARDS[dashboard]["templating"]["list"] if v["name"] == name]
     return variable["query"]
 
@@ -117,7 +118,7 @@ def demo(tmp_path_factory) -> Iterator[Demo]:
 
 @pytest.mark.parametrize("dashboard, query_panel", SQL_PANELS, ids=[p["title"] for _, p in SQL_PANELS])
 def test_every_panel_query_runs_as_grafana_sends_it(demo, dashboard, query_panel):
-    variables = demo.variables() if dashboard == "request-lookup.json" else {}
+    variables = demo.variables() if dashboard == "duckdb/request-lookup.json" else {}
     for target in query_panel["targets"]:
         relation = demo.query(target["rawSql"], variables)
         rows = relation.fetchall()
@@ -131,7 +132,7 @@ def test_every_panel_query_runs_as_grafana_sends_it(demo, dashboard, query_panel
 
 
 def test_requests_per_second_count_every_reply_in_the_range(demo):
-    columns, rows = demo.rows("fleet.json", "Requests per second by route and status")
+    columns, rows = demo.rows("duckdb/fleet.json", "Requests per second by route and status")
     assert columns == ["time", "route", "status", "requests_per_s"]
     [(replies,)] = demo.run("SELECT count(*) FROM requests WHERE has_entry")
     assert rows and sum(r["requests_per_s"] for r in rows) * INTERVAL_MS / 1000 == pytest.approx(replies)
@@ -139,14 +140,14 @@ def test_requests_per_second_count_every_reply_in_the_range(demo):
 
 
 def test_latency_percentiles_by_role_and_worker_include_ttft(demo):
-    columns, rows = demo.rows("fleet.json", "Latency percentiles by role and worker")
+    columns, rows = demo.rows("duckdb/fleet.json", "Latency percentiles by role and worker")
     assert columns == ["role", "worker", "metric", "requests", "p50_ms", "p90_ms", "p99_ms", "max_ms"]
     assert any(r["metric"] == "ttft_ms" for r in rows)
     assert all(r["worker"] and r["p50_ms"] <= r["p90_ms"] <= r["p99_ms"] <= r["max_ms"] for r in rows)
 
 
 def test_slowest_requests_come_first_and_their_ids_find_them(demo):
-    columns, rows = demo.rows("fleet.json", "Slowest requests")
+    columns, rows = demo.rows("duckdb/fleet.json", "Slowest requests")
     assert columns == ["time", "id", "duration_ms", "ttft_ms", "queue_ms", "kv_transfer_ms", "route", "status",
                        "entry_worker", "workers"]
     durations = [r["duration_ms"] for r in rows]
@@ -157,7 +158,7 @@ def test_slowest_requests_come_first_and_their_ids_find_them(demo):
 
 
 def test_errors_are_the_failed_or_cut_short_replies(demo):
-    columns, rows = demo.rows("fleet.json", "Errors")
+    columns, rows = demo.rows("duckdb/fleet.json", "Errors")
     assert columns == ["time", "id", "status", "error", "disconnected", "first_error", "route", "entry_worker",
                        "workers", "duration_ms"]
     [(failed,)] = demo.run("""SELECT count(*) FROM requests
@@ -167,7 +168,7 @@ def test_errors_are_the_failed_or_cut_short_replies(demo):
 
 
 def test_join_coverage_over_time_adds_up_to_what_trace_join_coverage_reports(demo):
-    columns, rows = demo.rows("fleet.json", "Join coverage: replies joined to their workers")
+    columns, rows = demo.rows("duckdb/fleet.json", "Join coverage: replies joined to their workers")
     assert columns == ["time", "replies", "both_workers", "one_worker", "aggregated_worker", "no_worker"]
     assert rows
     for r in rows:
@@ -182,7 +183,7 @@ def test_the_timeline_of_a_reply_id_shows_what_trace_join_lookup_shows(demo):
     looked_up = demo.tj("lookup", demo.reply_id)["requests"]
     assert len(variables["request"]) == len(looked_up) >= 1
 
-    columns, rows = demo.rows("request-lookup.json", "Timeline", variables)
+    columns, rows = demo.rows("duckdb/request-lookup.json", "Timeline", variables)
     assert columns == ["time", "since_start_ms", "worker", "role", "kind", "source", "name", "level", "status",
                        "duration_ms", "ids", "attributes", "clock", "request_id", *TRACE_FIELDS]
     # The timeline holds the records joined by their ids; the error lines lookup places by worker and
@@ -195,7 +196,7 @@ def test_the_timeline_of_a_reply_id_shows_what_trace_join_lookup_shows(demo):
     assert rows[0]["since_start_ms"] == 0
     assert {r["worker"] for r in rows} == {r["worker"] for r in records}
 
-    columns, requests = demo.rows("request-lookup.json", "Requests this id names", variables)
+    columns, requests = demo.rows("duckdb/request-lookup.json", "Requests this id names", variables)
     assert columns[:2] == ["time", "request_id"] and len(requests) == len(looked_up)
 
 
@@ -204,24 +205,25 @@ def test_an_id_that_names_nothing_leaves_the_lookup_panels_empty_not_broken(demo
         [(text, value)] = demo.requests_named(missing)
         assert value == -1, text
         variables = {"id": missing, "request": [str(value)]}
-        assert demo.rows("request-lookup.json", "Timeline", variables)[1] == []
+        assert demo.rows("duckdb/request-lookup.json", "Timeline", variables)[1] == []
 
 
 def test_the_trace_panel_reads_the_timeline():
-    [trace] = [p for p in all_panels(DASHBOARDS["request-lookup.json"]) if p["type"] == "traces"]
+    [trace] = [p for p in all_panels(DASHBOARDS["duckdb/request-lookup.json"]) if p["type"] == "traces"]
     [source] = trace["targets"]
-    [timeline] = [p for p in all_panels(DASHBOARDS["request-lookup.json"]) if p["id"] == source["panelId"]]
+    [timeline] = [p for p in all_panels(DASHBOARDS["duckdb/request-lookup.json"]) if p["id"] == source["panelId"]]
     assert timeline["title"] == "Timeline"
     # The table leaves the span fields to the Traces panel.
     [organize] = timeline["transformations"]
     assert sorted(organize["options"]["excludeByName"]) == sorted(TRACE_FIELDS)
 
 
+@pytest.mark.parametrize("flavor", ["duckdb", "clickhouse"])
 @pytest.mark.parametrize("title", ["Slowest requests", "Errors"])
-def test_every_row_of_the_request_tables_links_to_the_lookup(title):
-    lookup = DASHBOARDS["request-lookup.json"]
+def test_every_row_of_the_request_tables_links_to_the_lookup(title, flavor):
+    lookup = DASHBOARDS[f"{flavor}/request-lookup.json"]
     assert "id" in [v["name"] for v in lookup["templating"]["list"] if v["type"] == "textbox"]
-    [override] = panel("fleet.json", title)["fieldConfig"]["overrides"]
+    [override] = panel(f"{flavor}/fleet.json", title)["fieldConfig"]["overrides"]
     assert override["matcher"] == {"id": "byName", "options": "id"}
     [[link]] = [p["value"] for p in override["properties"] if p["id"] == "links"]
     assert link["url"] == f"/d/{lookup['uid']}/request-lookup?var-id=${{__value.raw}}"
@@ -290,7 +292,7 @@ NUMBERED = ("request_id", "traceID", "spanID")
 
 @pytest.mark.parametrize("dashboard, query_panel", CLICKHOUSE_PANELS, ids=[p["title"] for _, p in CLICKHOUSE_PANELS])
 def test_every_clickhouse_panel_shows_what_its_duckdb_twin_shows(demo, clickhouse_demo, dashboard, query_panel):
-    duckdb_dashboard = dashboard.replace("-clickhouse", "")
+    duckdb_dashboard = dashboard.replace("clickhouse/", "duckdb/")
     variables = clickhouse_variables = None
     if "lookup" in dashboard:
         variables = demo.variables()
@@ -314,9 +316,9 @@ def test_every_clickhouse_panel_shows_what_its_duckdb_twin_shows(demo, clickhous
 def test_a_clickhouse_lookup_of_an_id_that_names_nothing_is_empty_not_broken(demo, clickhouse_demo):
     for missing in ("", "no-such-id", "it's"):
         [option] = clickhouse_demo.engine.arrow(expand_clickhouse(
-            variable_query("request", "request-lookup-clickhouse.json"), demo.window, {"id": missing})).to_pylist()
+            variable_query("request", "clickhouse/request-lookup.json"), demo.window, {"id": missing})).to_pylist()
         assert option["__value"] == -1, option
-        assert clickhouse_rows(clickhouse_demo, "request-lookup-clickhouse.json", "Timeline", demo.window,
+        assert clickhouse_rows(clickhouse_demo, "clickhouse/request-lookup.json", "Timeline", demo.window,
                                {"id": missing, "request": ["-1"]}) == []
 
 

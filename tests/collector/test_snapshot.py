@@ -73,7 +73,7 @@ def test_trace_join_snapshot_writes_grafanas_copy_of_any_store(tmp_path, tj, db)
     run = tj("snapshot")
     assert run.code == 0, run.err
     snapshot = db.with_name(db.name + ".snapshot.duckdb")
-    assert run.out.splitlines()[0] == f"wrote {snapshot.resolve()}" and "dashboards/fleet.json" in run.out
+    assert run.out.splitlines()[0] == f"wrote {snapshot.resolve()}" and "dashboards/duckdb/fleet.json" in run.out
     con = duckdb.connect(str(snapshot), read_only=True)
     try:
         assert con.execute("SELECT tags['storage_version'] FROM duckdb_databases() "
