@@ -752,26 +752,29 @@ class ClickHouseStore(Store):
         self.engine.command(f"INSERT INTO meta (key, value) VALUES ('published_by', '{BUILT_BY}')")
 
     def _stale(self, requests: pa.Table, records: pa.Table, since_ns, until_ns) -> tuple[pa.Table, pa.Table]:
-        """Deletion rows for what was published before and this build no longer makes: requests of
-        the window under another id now, and records no longer in the request they were in. Each
-        carries its row's key and partition column, which is what replaces a row."""
+        """Deletion rows for what was published for the window before and this build no longer
+        makes: requests under another id now, and records no longer in the request they were in.
+        Each carries its row's key and partition column, which is what replaces a row."""
         low, high = _bounds(since_ns, until_ns)
-        ids = requests.column("request_id").to_pylist()
-        kept = _listed(ids) or "NULL"
-        old_requests = self.engine.arrow(
-            f"SELECT request_id, start_ns FROM requests FINAL WHERE start_ns BETWEEN {low} AND {high} "
-            f"AND request_id NOT IN ({kept})")
-        wanted = old_requests.column("request_id").to_pylist() + ids
-        pairs = set(zip(records.column("request_id").to_pylist(), records.column("record_id").to_pylist()))
-        old_records = [row for i in range(0, len(wanted), 2000) for row in self.engine.arrow(
-            f"SELECT request_id, record_id, time_ns FROM request_records FINAL "
-            f"WHERE request_id IN ({_listed(wanted[i:i + 2000])})").to_pylist()
-            if (row["request_id"], row["record_id"]) not in pairs]
-        deleted = lambda rows, n: rows.append_column("published", pa.array([_now_us()] * n, pa.timestamp("us"))) \
-            .append_column("deleted", pa.array([1] * n, pa.uint8()))
-        return (deleted(old_requests, old_requests.num_rows),
-                deleted(pa.Table.from_pylist(old_records, pa.schema([("request_id", pa.int64()), ("record_id", pa.int64()),
-                                                                     ("time_ns", pa.int64())])), len(old_records)))
+        in_window = f"SELECT request_id FROM requests FINAL WHERE start_ns BETWEEN {low} AND {high}"
+        new_requests = set(requests.column("request_id").to_pylist())
+        old_requests = [row for row in self.engine.arrow(
+            f"SELECT request_id, start_ns FROM requests FINAL WHERE start_ns BETWEEN {low} AND {high}").to_pylist()
+            if row["request_id"] not in new_requests]
+        new_pairs = set(zip(records.column("request_id").to_pylist(), records.column("record_id").to_pylist()))
+        old_records = [row for row in self.engine.arrow(
+            f"SELECT request_id, record_id, time_ns FROM request_records FINAL WHERE request_id IN ({in_window})").to_pylist()
+            if (row["request_id"], row["record_id"]) not in new_pairs]
+        now = pa.scalar(_now_us(), pa.timestamp("us"))
+
+        def deleted(rows: list[dict], schema: pa.Schema) -> pa.Table:
+            table = pa.Table.from_pylist(rows, schema)
+            return table.append_column("published", pa.array([now] * len(rows), pa.timestamp("us"))) \
+                .append_column("deleted", pa.array([1] * len(rows), pa.uint8()))
+
+        return (deleted(old_requests, pa.schema([("request_id", pa.int64()), ("start_ns", pa.int64())])),
+                deleted(old_records, pa.schema([("request_id", pa.int64()), ("record_id", pa.int64()),
+                                                ("time_ns", pa.int64())])))
 
     def quarantined(self, limit: int) -> list[tuple]:
         if not self._own_tables:
