@@ -45,7 +45,7 @@ from .requests import BUILT_BY, build_requests
 from .sources import otel_clickhouse_tables as otel
 from .times import window_iso
 from .store import (
-    RECEIVED_RETENTION, SCHEMA, SETTLE_WORKER_NAMES, BulkRows, Origin, Received, Store, StoreError,
+    RECEIVED_RETENTION, SCHEMA, SETTLE_WORKER_NAMES, BulkRows, Origin, Parsed, Received, Store, StoreError,
     registered, request_keys_sql, worker_roles_sql,
 )
 
@@ -59,7 +59,7 @@ _RECORD_ID = "CAST(md5_number(concat_ws(':', origin_id, \"offset\", seq)) >> 65 
 _HOUR = "toYYYYMMDD(fromUnixTimestamp64Nano(ifNull(time_ns, 0))) * 100 + toHour(fromUnixTimestamp64Nano(ifNull(time_ns, 0)))"
 
 # The ClickHouse tables' own version (the DuckDB store's numbers its own schema).
-CLICKHOUSE_SCHEMA_VERSION = 1
+CLICKHOUSE_SCHEMA_VERSION = 2
 CLICKHOUSE_SCHEMA = [
     "CREATE TABLE IF NOT EXISTS meta (key String, value String, updated DateTime64(6) DEFAULT now64(6)) "
     "ENGINE = ReplacingMergeTree(updated) ORDER BY key",
@@ -91,10 +91,13 @@ CLICKHOUSE_SCHEMA = [
     "CREATE TABLE IF NOT EXISTS worker_roles (instance_id String, role String, updated DateTime64(6) DEFAULT now64(6)) "
     "ENGINE = ReplacingMergeTree(updated) ORDER BY instance_id",
     # The bodies collectors received, by digest, for as long as a client retries one
-    # (store.RECEIVED_RETENTION): ClickHouse drops them after that itself.
+    # (store.RECEIVED_RETENTION): ClickHouse drops them after that itself. A scraped answer is kept
+    # raw (`body`) until parsed, however long that takes; a later row of its digest without a body
+    # says it was.
     f"""CREATE TABLE IF NOT EXISTS received (
-        origin_id Int64, offset Int64, sha256 String, received DateTime64(6) DEFAULT now64(6)
-    ) ENGINE = ReplacingMergeTree ORDER BY sha256 TTL toDateTime(received) + INTERVAL {RECEIVED_RETENTION}""",
+        origin_id Int64, offset Int64, sha256 String, received DateTime64(6) DEFAULT now64(6), body Nullable(String)
+    ) ENGINE = ReplacingMergeTree(received) ORDER BY sha256
+      TTL toDateTime(received) + INTERVAL {RECEIVED_RETENTION} WHERE body IS NULL""",
     # Every name a record or a file gave its worker: what a reader settles (store.py, worker_names).
     "CREATE TABLE IF NOT EXISTS worker_names (name String) ENGINE = ReplacingMergeTree ORDER BY name",
 ]
@@ -385,15 +388,11 @@ class ClickHouseStore(Store):
 
     # -- writes ------------------------------------------------------------------------------------
 
-    def write_batch(self, batch: BatchBuilder, also=(), bulk: BulkRows | None = None,
-                    aliases: dict[str, str] | None = None, parser_states: dict[int, dict] | None = None,
-                    received: Received | None = None) -> pa.Table:
+    def write_batch(self, batch: BatchBuilder, bulk: BulkRows | None = None, aliases: dict[str, str] | None = None,
+                    parser_states: dict[int, dict] | None = None, received: Received | None = None,
+                    parsed: Parsed | None = None) -> pa.Table:
         """As the DuckDB store's, with the record ids of the records' places, and the rows in before
         the positions (the module's doc)."""
-        if also:
-            raise StoreError("statements of DuckDB's SQL do not run on a ClickHouse store")
-        if received is not None and any(raw is not None for raw in received.raws):
-            raise StoreError("a scraped answer is kept until parsed in a DuckDB store only")
         con = self.con
         try:
             first = bulk.first_record_id if bulk else self.allocate_record_ids(batch.record_count)
@@ -405,7 +404,7 @@ class ClickHouseStore(Store):
                 self._renumbered(f"SELECT * FROM batch_records{f' UNION ALL BY NAME ({bulk.records})' if bulk else ''}",
                                  f"SELECT * FROM batch_record_ids{f' UNION ALL BY NAME ({bulk.ids})' if bulk else ''}")
             del records, ids
-            self._write_rows(quarantined, origins, aliases or {}, parser_states or {}, received)
+            self._write_rows(quarantined, origins, aliases or {}, parser_states or {}, received, parsed)
         except BaseException:
             self._next_record_id = None
             self._origins = None
@@ -424,7 +423,7 @@ class ClickHouseStore(Store):
                          f"FROM ({ids}) i JOIN new_records r ON r.batch_id = i.record_id")
 
     def _write_rows(self, quarantined: pa.Table, origins: list[Origin], aliases: dict[str, str],
-                    parser_states: dict[int, dict], received: Received | None) -> None:
+                    parser_states: dict[int, dict], received: Received | None, parsed: Parsed | None) -> None:
         con, engine = self.con, self.engine
         engine.insert("records", con.sql(
             "WITH carried AS (SELECT record_id, list({'kind': kind, 'value': value, 'scope': scope}) AS ids "
@@ -450,7 +449,13 @@ class ClickHouseStore(Store):
         if received is not None:
             engine.insert("received", pa.table({
                 "origin_id": pa.array([received.origin_id] * len(received.offsets), pa.int64()),
-                "offset": pa.array(received.offsets, pa.int64()), "sha256": pa.array(received.digests, pa.string())}))
+                "offset": pa.array(received.offsets, pa.int64()), "sha256": pa.array(received.digests, pa.string()),
+                "body": pa.array(received.raws, pa.binary())}))
+        if parsed is not None:  # after the records: a writer killed in between parses them again, alike
+            engine.insert("received", pa.table({
+                "origin_id": pa.array([parsed.origin_id] * len(parsed.bodies), pa.int64()),
+                "offset": pa.array([offset for offset, _ in parsed.bodies], pa.int64()),
+                "sha256": pa.array([sha256 for _, sha256 in parsed.bodies], pa.string())}))
         # Last: the files' positions, which say the rows above are stored.
         self._states.update(parser_states)
         if origins:
@@ -469,6 +474,12 @@ class ClickHouseStore(Store):
     def received_already(self, digests: list[str]) -> set[str]:
         rows = self.engine.arrow(f"SELECT DISTINCT sha256 FROM received WHERE sha256 IN ({_listed(digests)})")
         return set(rows.column("sha256").to_pylist())
+
+    def unparsed(self, origin_id: int) -> list[tuple[int, str, bytes]]:
+        rows = self.engine.arrow(f"SELECT offset, sha256, body FROM received FINAL WHERE origin_id = {int(origin_id)} "
+                                 f"AND body IS NOT NULL ORDER BY offset")
+        return [(r["offset"], r["sha256"], r["body"] if isinstance(r["body"], bytes) else r["body"].encode())
+                for r in rows.to_pylist()]
 
     def forget_received(self) -> None:
         """Nothing to do: the table's TTL drops digests past the retention."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -588,16 +588,22 @@ class Store:
         """The offset a received body's records are stored at: its number in its origin."""
         return number
 
-    def write_batch(self, batch: BatchBuilder, also: Sequence[tuple[str, list | dict]] = (),
-                    bulk: BulkRows | None = None, aliases: dict[str, str] | None = None,
-                    parser_states: dict[int, dict] | None = None, received: Received | None = None) -> pa.Table:
+    def unparsed(self, origin_id: int) -> list[tuple[int, str, bytes]]:
+        """(offset, sha256, body) of the bodies of this origin kept raw until parsed (scraped
+        answers: service/scraper.py), in their order."""
+        return self.con.execute('SELECT "offset", sha256, body FROM received WHERE origin_id = ? AND body IS NOT NULL '
+                                'ORDER BY "offset"', [origin_id]).fetchall()
+
+    def write_batch(self, batch: BatchBuilder, bulk: BulkRows | None = None, aliases: dict[str, str] | None = None,
+                    parser_states: dict[int, dict] | None = None, received: Received | None = None,
+                    parsed: Parsed | None = None) -> pa.Table:
         """Store one batch and the positions its origins reach, atomically, and empty the batch;
         `bulk`: the rows DuckDB made of the lines collector/bulk.py read, numbered with the batch's
         records and stored with them, in record order; `aliases`: other names of workers (alias →
         main name) the parsers learned; `parser_states`: what they learned of their files, by
         origin; `received`: the bodies the records came in, whose digests say a retry is stored;
-        `also`: more (sql, parameters) statements that must commit or fail with it. Returns the
-        batch's quarantined lines.
+        `parsed`: the bodies kept raw (`unparsed`) whose records these are, no longer to be kept.
+        Returns the batch's quarantined lines.
 
         The batch's records are let go as soon as they are Arrow tables, and those tables before
         the id index is compacted: each would add to the peak of the DuckDB work that follows."""
@@ -626,8 +632,9 @@ class Store:
                 if received is not None:
                     con.execute("INSERT INTO received SELECT $origin, unnest($offsets::BIGINT[]), "
                                 "unnest($digests::VARCHAR[]), now(), unnest($raw::BLOB[])", received.parameters())
-                for sql, parameters in also:
-                    con.execute(sql, parameters)
+                if parsed is not None:
+                    con.execute('UPDATE received SET body = NULL WHERE origin_id = ? AND "offset" IN '
+                                '(SELECT unnest(?::BIGINT[]))', [parsed.origin_id, [o for o, _ in parsed.bodies]])
                 _insert(con, "origins", origins, sql="INSERT OR REPLACE INTO origins BY NAME SELECT * EXCLUDE "
                                                      "(updated_us), make_timestamp(updated_us) AS updated FROM batch_origins")
         except BaseException:
@@ -684,6 +691,14 @@ class Received:
 
     def parameters(self) -> dict:
         return {"origin": self.origin_id, "offsets": self.offsets, "digests": self.digests, "raw": self.raws}
+
+
+@dataclass
+class Parsed:
+    """Bodies kept raw until parsed, (offset, sha256) each, in one origin, whose records a batch holds."""
+
+    origin_id: int
+    bodies: list[tuple[int, str]]
 
 
 @dataclass

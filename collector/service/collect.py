@@ -64,10 +64,6 @@ def collect(config: CollectConfig, say: Callable[[str], None], report: Callable[
     """Run until SIGTERM or SIGINT. `say`: the lines that tell a user what runs where; `report`:
     problems met while running (a file that cannot be read, an endpoint that does not answer)."""
     store = open_store(config.db)  # StoreError when another process holds it
-    if store.shared and config.scrape:
-        store.close()
-        raise CollectError("--scrape keeps each answer in a DuckDB store until it is parsed: scrape into a "
-                           "DuckDB store, or read TensorRT-LLM's perf-metrics files (--watch)")
     stop = threading.Event()
     # The handler only writes a byte to a pipe the main thread reads: a handler runs in the main
     # thread between two bytecodes, and one that set the Event could find the Event's lock held by

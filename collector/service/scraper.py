@@ -22,7 +22,7 @@ import orjson
 
 from ..records import BatchBuilder, Unstorable
 from ..sources.perf_metrics_legacy import NAME as SOURCE, records_from_perf_metrics_response
-from ..store import Store
+from ..store import Parsed, Store
 from .writer import Body, Busy, Writer
 
 TIMEOUT_S = 10
@@ -76,23 +76,18 @@ class Scraper:
     def _read_raw_job(self, store: Store) -> None:
         """On the writer thread: the answers still raw, into records (unreadable ones quarantined)."""
         origin = self.writer.origin(self.origin, SOURCE)
-        rows = store.con.execute(
-            'SELECT "offset", body FROM received WHERE origin_id = ? AND body IS NOT NULL ORDER BY "offset"',
-            [origin.origin_id],
-        ).fetchall()
+        rows = store.unparsed(origin.origin_id)
         if not rows:
             return
         batch = BatchBuilder(SOURCE, origin)
-        for number, raw in rows:
+        for number, _, raw in rows:
             try:
                 batch.add(records_from_perf_metrics_response(orjson.loads(raw), self.worker), number)
             except Unstorable as e:
                 batch.quarantine(self.url, number, number, str(e), raw)
             except Exception as e:  # noqa: BLE001 - as ingest does with a line no parser expected
                 batch.quarantine(self.url, number, number, f"unreadable answer ({type(e).__name__}: {e})", raw)
-        store.write_batch(batch, also=[(
-            'UPDATE received SET body = NULL WHERE origin_id = ? AND "offset" <= ?', [origin.origin_id, rows[-1][0]]
-        )])
+        store.write_batch(batch, parsed=Parsed(origin.origin_id, [(number, sha256) for number, sha256, _ in rows]))
 
     def _problem(self, text: str | None) -> None:
         """Say when polling starts failing, or fails differently, not at every poll."""

@@ -130,11 +130,6 @@ def test_commands_the_clickhouse_store_does_not_run_say_so_in_one_line(tj, tmp_p
     assert demo.code != 0
     assert_one_clear_line(demo)
     assert "DuckDB store only" in demo.err
-    scrape = tj("collect", "--store", spec, "--scrape", "http://127.0.0.1:9/perf_metrics", "--otlp-grpc", "off",
-                "--otlp-http", "off", with_db=False)
-    assert scrape.code != 0
-    assert_one_clear_line(scrape)
-    assert "--scrape keeps each answer in a DuckDB store" in scrape.err
 
     # chdb lets one process at a time open a folder: the second says so, in one line.
     holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom tracejoin.collector.store import open_store\n"

@@ -68,6 +68,7 @@ def endpoint():
 STORED = "SELECT i.value, i.scope FROM records r JOIN record_ids i USING (record_id) WHERE i.kind = 'engine_request_id'"
 
 
+@pytest.mark.parametrize("db", ["duckdb", "chdb"], indirect=True)
 def test_a_drained_endpoint_loses_nothing_across_polls_and_kill_9(collector, endpoint, db):
     metrics, url = endpoint
     worker = url.split("/")[2]
