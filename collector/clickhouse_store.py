@@ -334,8 +334,11 @@ class ClickHouseStore(Store):
         rows = self.engine.arrow("SELECT value FROM meta FINAL WHERE key = 'schema_version'").to_pylist() \
             if self._has_meta() else []
         if rows:
-            if int(rows[0]["value"]) != CLICKHOUSE_SCHEMA_VERSION:
-                raise StoreError(f"{self.spec} has schema version {rows[0]['value']}, this trace-join uses "
+            version = int(rows[0]["value"])
+            if version == 1 and not self.read_only:
+                self._upgrade_from_1()
+            elif version not in (1, CLICKHOUSE_SCHEMA_VERSION):  # a reader reads nothing version 2 changed
+                raise StoreError(f"{self.spec} has schema version {version}, this trace-join uses "
                                  f"{CLICKHOUSE_SCHEMA_VERSION}: use the trace-join release that wrote it, or another database")
             return
         if self.read_only and self._otel_tables():
@@ -344,6 +347,14 @@ class ClickHouseStore(Store):
         if not create:
             raise StoreError(f"{self.spec} holds no trace-join store nor the OpenTelemetry Collector's tables: "
                              f"run `trace-join ingest --store {self.spec} FILES...` first")
+        for statement in CLICKHOUSE_SCHEMA:
+            self.engine.command(statement)
+        self.engine.command(f"INSERT INTO meta (key, value) VALUES ('schema_version', '{CLICKHOUSE_SCHEMA_VERSION}')")
+
+    def _upgrade_from_1(self) -> None:
+        """Version 2 keeps a scraped answer in `received` until parsed. The table only says which
+        bodies came in the last hour, for clients' retries: it is made again, empty."""
+        self.engine.command("DROP TABLE IF EXISTS received")
         for statement in CLICKHOUSE_SCHEMA:
             self.engine.command(statement)
         self.engine.command(f"INSERT INTO meta (key, value) VALUES ('schema_version', '{CLICKHOUSE_SCHEMA_VERSION}')")
@@ -664,8 +675,8 @@ class ClickHouseStore(Store):
         if self._own_tables:
             self._bring(timed)
             looked_up = {value for (value,) in self.con.execute(
-                f"SELECT DISTINCT value FROM record_ids WHERE {_JOINING} AND record_id IN (SELECT record_id FROM "
-                f"records WHERE time_ns BETWEEN {low} AND {high})").fetchall()}
+                f"SELECT DISTINCT value FROM record_ids WHERE {_JOINING} AND record_id IN "
+                f"(SELECT record_id FROM records WHERE {timed})").fetchall()}
             walked = set(self._brought)
             # The records outside the window that share one of those ids, in one query: the window
             # may hold millions of ids, too many to send back as values.

@@ -198,6 +198,26 @@ def test_snapshot_publishes_each_request_once_as_last_built(tj, tmp_path):
     assert "published 1 requests" in text.out and "grafana-clickhouse-datasource" in text.out
 
 
+def test_a_version_1_store_is_read_as_it_is_and_upgraded_by_a_writer(tj, tmp_path):
+    from tracejoin.collector import clickhouse_store
+
+    spec = f"chdb:{tmp_path / 'fleet.chdb'}"
+    sample = _sample(tmp_path / "logs", 1)
+    assert tj("ingest", tmp_path / "logs", "--store", spec, with_db=False).code == 0
+    with open_store(spec) as store:  # as version 1 left it: no raw bodies in `received`
+        store.engine.command("DROP TABLE received")
+        store.engine.command("CREATE TABLE received (origin_id Int64, offset Int64, sha256 String, received "
+                             "DateTime64(6) DEFAULT now64(6)) ENGINE = ReplacingMergeTree ORDER BY sha256")
+        store.engine.command("INSERT INTO meta (key, value) VALUES ('schema_version', '1')")
+    assert tj("lookup", sample.requests[0].reply_id, "--json", "--store", spec, with_db=False).code == 0
+    assert tj("ingest", tmp_path / "logs", "--store", spec, with_db=False).code == 0
+    with open_store(spec, read_only=True) as store:
+        assert store.engine.arrow("SELECT value FROM meta FINAL WHERE key = 'schema_version'").to_pylist() == [
+            {"value": str(clickhouse_store.CLICKHOUSE_SCHEMA_VERSION)}]
+        assert "body" in store.engine.arrow("SELECT name FROM system.columns WHERE database = currentDatabase() "
+                                            "AND table = 'received'").column("name").to_pylist()
+
+
 def test_the_store_is_chosen_by_tracejoin_store(tmp_path):
     spec = f"chdb:{tmp_path / 'fleet.chdb'}"
     sample = _sample(tmp_path / "logs", 1)
