@@ -223,8 +223,10 @@ def _say_default_window(db: Optional[str], since: Optional[str]) -> None:
     from tracejoin.collector.store import is_clickhouse
 
     if since is None and is_clickhouse(db):
-        say_error("note: on ClickHouse, the requests that started in the last hour of the store's records "
-                  "(--since for another window)")
+        from tracejoin.collector.clickhouse_store import DEFAULT_WINDOW_NS
+
+        say_error(f"note: on ClickHouse, the requests that started in the last {DEFAULT_WINDOW_NS / 60e9:g} minutes "
+                  "of the store's records (--since for another window)")
 
 
 @app.command()

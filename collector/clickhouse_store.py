@@ -778,14 +778,13 @@ class ClickHouseStore(Store):
         makes: requests under another id now, and records no longer in the request they were in.
         Each carries its row's key and partition column, which is what replaces a row."""
         low, high = _bounds(since_ns, until_ns)
-        in_window = f"SELECT request_id FROM requests FINAL WHERE start_ns BETWEEN {low} AND {high}"
+        in_window = f"FROM requests FINAL WHERE start_ns BETWEEN {low} AND {high}"
         new_requests = set(requests.column("request_id").to_pylist())
-        old_requests = [row for row in self.engine.arrow(
-            f"SELECT request_id, start_ns FROM requests FINAL WHERE start_ns BETWEEN {low} AND {high}").to_pylist()
-            if row["request_id"] not in new_requests]
+        old_requests = [row for row in self.engine.arrow(f"SELECT request_id, start_ns {in_window}").to_pylist()
+                        if row["request_id"] not in new_requests]
         new_pairs = set(zip(records.column("request_id").to_pylist(), records.column("record_id").to_pylist()))
         old_records = [row for row in self.engine.arrow(
-            f"SELECT request_id, record_id, time_ns FROM request_records FINAL WHERE request_id IN ({in_window})").to_pylist()
+            f"SELECT request_id, record_id, time_ns FROM request_records FINAL WHERE request_id IN (SELECT request_id {in_window})").to_pylist()
             if (row["request_id"], row["record_id"]) not in new_pairs]
         now = pa.scalar(_now_us(), pa.timestamp("us"))
 

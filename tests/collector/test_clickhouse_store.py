@@ -157,7 +157,7 @@ def test_requests_and_coverage_build_the_last_hour_unless_told_another_window(tj
 
     listed = tj("requests", "--json", "--store", spec, with_db=False)
     assert [r["trace_ids"] for r in listed.json()] == [[late.trace_id]]
-    assert "last hour" in listed.err and "--since" in listed.err
+    assert "last 60 minutes" in listed.err and "--since" in listed.err
     assert tj("coverage", "--json", "--store", spec, with_db=False).json()["replies"] == 1
 
     everything = ("--since", "2000-01-01T00:00:00Z")
