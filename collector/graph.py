@@ -23,6 +23,7 @@ from . import record_contract
 from .ids import KEY_KINDS, PARENT_SPAN, SCOPED_KINDS, SERVING_ROLES, SPAN
 from .requests import group_records
 from .store import Store
+from .tokens import TOKEN
 
 _CHUNK = 2000  # values per query
 # Ids a query is never found as: a span is named by its trace and span ids together, which no
@@ -202,8 +203,37 @@ class IdGraph:
             members.setdefault(q, set()).add(r)
         wanted = sorted({grouped.request_of[r] for r in seeds},
                         key=lambda q: min((self.nodes[r].time_ns or 0, r) for r in members[q]))
-        requests = [Request(q, members[q]) for q in wanted]
+        requests = self._lines_naming_it([Request(q, members[q]) for q in wanted])
+        requests = self._add_mentions(requests)
         return self._place_ambiguous(requests, grouped)
+
+    def _lines_naming_it(self, requests: list[Request]) -> list[Request]:
+        """Lines found only by a word of their text (`token` labels alone: no source read them as
+        a request's) are one request, not one each: the lines that name what was looked up."""
+        alone = [q for q in requests if self._only_tokens(q)]
+        if len(alone) < 2:
+            return requests
+        merged = Request(min(q.request_id for q in alone), set().union(*(q.record_ids for q in alone)))
+        return [q for q in requests if q not in alone] + [merged]
+
+    def _add_mentions(self, requests: list[Request]) -> list[Request]:
+        """Lines that name one of a request's keys in their text, read by no source as an id (a
+        `token` label, tokens.py), are shown with the request: what grep of its ids finds. They
+        join nothing: a line that names two requests' ids is shown with each."""
+        shown: set[int] = set()
+        for q in requests:
+            values = {v for r in q.record_ids for _, v, _ in self.nodes[r].keys()}
+            self.rows_for(values)
+            mentions = {r for v in values for r, kind, _ in self._rows[v] if kind == TOKEN} - q.record_ids
+            if mentions:
+                self.load(mentions)
+                q.record_ids |= mentions
+                shown |= mentions
+        # the lines naming it that are now shown with a request need no request of their own
+        return [q for q in requests if not (q.record_ids <= shown and self._only_tokens(q))]
+
+    def _only_tokens(self, request: Request) -> bool:
+        return all(kind == TOKEN for r in request.record_ids for kind, _, _ in self.nodes[r].ids)
 
     def _place_ambiguous(self, requests: list[Request], grouped) -> list[Request]:
         """A request made only of records whose key collided, with nothing else to place them, is

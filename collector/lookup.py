@@ -19,10 +19,11 @@ from .request_list import summaries
 from .requests import build_requests, requests_current, summarize_grouped, update_requests
 from .times import extent, failure_known_ns, ns_to_iso, shown_order
 from .store import Store
+from .tokens import TOKEN
 
 # When an id matches several kinds, the lookup is said to be by the strongest.
 _KIND_ORDER = [REPLY_ID, INTERNAL_ID, DISAGG_REQUEST_ID, BOOTSTRAP_ROOM, ENGINE_REQUEST_ID, CTX_REQUEST_ID,
-               ROUTER_REQUEST_ID, X_REQUEST_ID, TOOL_CALL_ID, SESSION_ID, TRACE_ID]
+               ROUTER_REQUEST_ID, X_REQUEST_ID, TOOL_CALL_ID, SESSION_ID, TRACE_ID, TOKEN]
 # `lookup --json`'s id kinds have no ctx_request_id or router_request_id: a lookup by one is reported
 # as by an engine request id, the kind they are closest to (a number one process issued).
 _REPORTED_KIND = {CTX_REQUEST_ID: ENGINE_REQUEST_ID, ROUTER_REQUEST_ID: ENGINE_REQUEST_ID}

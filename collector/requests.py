@@ -185,8 +185,9 @@ WITH r AS (
            list(DISTINCT i.value ORDER BY i.value) FILTER (WHERE i.kind = 'disagg_request_id') AS disagg_request_ids,
            list(DISTINCT i.value ORDER BY i.value) FILTER (WHERE i.kind = 'trace_id') AS trace_ids,
            bool_or(c.key IS NOT NULL) AS collided,
-           -- Anything that names a request (startup and background lines carry none of these).
-           bool_or(i.kind NOT IN ('span', 'parent_span', 'trace_id')) AS names_a_request
+           -- Anything that names a request (startup and background lines carry none of these; an
+           -- id-shaped word of a line's text, collector/tokens.py's TOKEN, names nothing known).
+           bool_or(i.kind NOT IN ('span', 'parent_span', 'trace_id', 'token')) AS names_a_request
     FROM slice_ids i
     LEFT JOIN collided c ON c.key = hash(i.kind, i.value, i.scope)
     GROUP BY i.request_id
