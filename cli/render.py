@@ -90,6 +90,7 @@ def ingest_summary(result, as_json: bool) -> None:
         print_json({
             "sources": by_source, "errors": result.errors, "skipped": result.skipped,
             "quarantine_samples": result.quarantine_samples, "held_back": result.held_back,
+            "unread": result.unread, "unread_samples": result.unread_samples,
             "clocks": {source: sorted(hows) for source, hows in sorted(result.clocks.items())},
         })
         return
@@ -103,6 +104,10 @@ def ingest_summary(result, as_json: bool) -> None:
     lines = [f"quarantined {sample}" for sample in result.quarantine_samples]
     if result.quarantined > len(result.quarantine_samples):
         lines.append(f"({result.quarantined} quarantined lines in all: `trace-join quarantine` lists them)")
+    lines += [f"stored as text {sample}" for sample in result.unread_samples]
+    if result.unread > len(result.unread_samples):
+        lines.append(f"({result.unread} lines in all stored as text their format could not read: "
+                     "their records' attrs.unread says why)")
     lines += [f"skipped {path}: not a format trace-join reads" for path in result.skipped]
     lines += [f"held back an unfinished last line at {where}; it is read once the file grows"
               for where in result.held_back]

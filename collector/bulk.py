@@ -47,7 +47,7 @@ import pyarrow.compute as pc
 
 from .duckdb_engine import duckdb
 from .lines import read_line
-from .records import RECORDS_SCHEMA, BatchBuilder
+from .records import NOT_IDS, RECORDS_SCHEMA, BatchBuilder
 from .sources.bulk_sql import MACROS, Rules, literal
 from .store import BulkRows, Origin, Store, registered
 
@@ -205,7 +205,7 @@ class BulkReader:
         with registered(con, tables):
             con.execute(_NUMBERS)
         rows = BulkRows(records=f"SELECT {_RECORD_COLUMNS} FROM ({_STORED})",
-                        ids=pieces[0].file.rules.ids.replace("{records}", f"({_STORED_WITH_SCOPE})"),
+                        ids=_WITHOUT_NOT_IDS.format(pieces[0].file.rules.ids.replace("{records}", f"({_STORED_WITH_SCOPE})")),
                         tables=tables, first_record_id=first_record_id, batch_record_ids=parser_record_ids,
                         records_by_source=records_by_source)
         return Staged(batch, rows, held_back)
@@ -219,6 +219,9 @@ SELECT s.*, p.first_record_id + s.idx + n.shift AS record_id, p.source, p.origin
     p.piece_offset + s.start AS "offset", 0 AS seq
 FROM bulk_stage s JOIN bulk_pieces p USING (f) JOIN bulk_numbers n USING (f, idx)
 """
+# Record.add_id's rule for the ids the SQL reads: the words that say there is none are not ids.
+_WITHOUT_NOT_IDS = ("SELECT * FROM ({}) WHERE value NOT IN ("
+                    + ", ".join(sorted(literal(v) for v in NOT_IDS)) + ")")
 _STORED_WITH_SCOPE = """
 SELECT s.*, p.first_record_id + s.idx + n.shift AS record_id, p.source, p.origin_id,
     p.piece_offset + s.start AS "offset", 0 AS seq, n.scope
@@ -242,7 +245,8 @@ _LINES_SCHEMA = pa.schema([("f", pa.int32()), ("idx", pa.int32()), ("start", pa.
 def _split(piece: _Piece) -> None:
     """The piece's line starts, and the lines the SQL is not given: over the length limit, not
     UTF-8 (DuckDB refuses such text), the last one when it has no newline yet. The first two are
-    blanked in a copy of the piece (spaces, so the lines keep their offsets)."""
+    blanked in a copy of the piece (0x01 bytes, so the lines keep their offsets, and a select
+    sees a line it does not read, which the parser may store: not a blank one)."""
     data = piece.data
     lengths = list(map(len, data.split(b"\n")))  # split is the fastest way here, in C
     if piece.terminated:
@@ -255,7 +259,7 @@ def _split(piece: _Piece) -> None:
     if blank:
         sent = bytearray(data)
         for i in blank:
-            sent[piece.starts[i]:piece.starts[i] + lengths[i]] = b" " * lengths[i]
+            sent[piece.starts[i]:piece.starts[i] + lengths[i]] = b"\x01" * lengths[i]
         piece.sent = bytes(sent)
     unsent = set(blank)
     if not piece.terminated:
@@ -348,7 +352,7 @@ def _with_settings(select: str, pieces: list[_Piece]) -> tuple[str, str]:
 def _wrap_json_lines(pieces: list[_Piece], columns: str):
     """A temporary file of the stage's lines for DuckDB's JSON reader, each line not blank as
     `{"f":<piece>,"idx":<line>,"r":<the line>}`: its place comes with it, whatever order the
-    reader gives its rows in. Lines the SQL is not given (blanked in `sent`) are blank."""
+    reader gives its rows in. Lines the SQL is not given (blanked in `sent`) are left out."""
     out = tempfile.NamedTemporaryFile(prefix="tracejoin-stage-", suffix=".jsonl", delete=False)
     with out:
         for k, piece in enumerate(pieces):

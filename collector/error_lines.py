@@ -24,7 +24,8 @@ from .times import extent, failure_known_ns, ns_to_iso, shown_order
 
 # The text-log sources and the resolution of their times (ns): their lines are the ones that name
 # no request, and a line's time says only in which second it was written.
-TEXT_LOGS = {"trtllm_log": 1_000_000_000, "vllm_log": 1_000_000_000, "sglang_log": 1_000_000_000}
+TEXT_LOGS = {"trtllm_log": 1_000_000_000, "vllm_log": 1_000_000_000, "sglang_log": 1_000_000_000,
+             "text_log": 1_000_000_000}
 # The lines of one traceback read at most, after or before the line a lookup found.
 TRACEBACK_LINES = 400
 _WORRYING = ("WARN", "WARNING", "ERROR", "CRITICAL", "FATAL")

@@ -64,7 +64,8 @@ _VLLM_INDEXED = re.compile(r"^((?:cmpl|embd)-.+)-\d+$")
 _VLLM_RESPONSES_TURN = re.compile(r"^(resp_.+)_\d+$")
 _UUID_INDEXED = re.compile(rf"^({_UUID})(?:-\d+)?$")
 UUID_RE = re.compile(rf"^{_UUID}$")
-REPLY_PREFIXES = ("chatcmpl-", "cmpl-", "resp_", "msg_", "embd-")
+# `chat-<32 hex>`: vLLM 0.4's chat completions.
+REPLY_PREFIXES = ("chatcmpl-", "chat-", "cmpl-", "resp_", "msg_", "embd-")
 
 
 def derived(kind: str, value: str) -> list[tuple[str, str]]:
@@ -99,7 +100,7 @@ def bootstrap_room(value) -> str | None:
 def vllm_external_ids(external: str) -> list[tuple[str, str]]:
     """The ids a vLLM external request id (its log's `Received request <id>`, its span's
     `gen_ai.request.id`, an engine id less its suffix) names; none for another shape."""
-    if external.startswith("chatcmpl-"):
+    if external.startswith(("chatcmpl-", "chat-")):
         return [(REPLY_ID, external)]
     m = _VLLM_INDEXED.match(external) or _VLLM_RESPONSES_TURN.match(external)
     if m:

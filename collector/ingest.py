@@ -55,6 +55,8 @@ class IngestResult:
     skipped: list[str] = field(default_factory=list)  # files in folders whose format is unknown
     quarantine_samples: list[str] = field(default_factory=list)
     held_back: list[str] = field(default_factory=list)  # unterminated last lines left for later
+    unread: int = 0  # lines of text logs their format could not read, stored as text with why
+    unread_samples: list[str] = field(default_factory=list)
     # How the local times of the files read were read (local_time.py), by source: what was assumed
     # is said, never left to be guessed.
     clocks: dict[str, set[str]] = field(default_factory=dict)
@@ -389,6 +391,8 @@ class Ingester:
             summary.quarantined += quarantined
         for source, records in (rows.records_by_source.items() if rows else ()):
             result.by_source.setdefault(source, SourceSummary()).records += records
+        result.unread += batch.unread
+        result.unread_samples += batch.unread_samples[:5 - len(result.unread_samples)]
         aliases, states, self._aliases, self._states = self._aliases, self._states, {}, {}
         quarantined = self.store.write_batch(batch, bulk=rows, aliases=aliases, parser_states=states)
         for i in range(min(quarantined.num_rows, 5 - len(result.quarantine_samples))):

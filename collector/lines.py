@@ -75,7 +75,10 @@ def read_line(batch: BatchBuilder, parser, path: str, line_no: int, offset: int,
     elif not terminated and cut_short:
         reason = "cut off with its gzip stream"
     elif line.strip():
-        reason = _parse_into(batch, parser, line, offset)
+        reason = _parse_into(batch, parser, line, offset, terminated)
+        if isinstance(reason, _Unread):
+            batch.note_unread(path, offset, line_no, reason.why)
+            reason = None
     else:
         reason = None
     if reason is not None:
@@ -85,11 +88,30 @@ def read_line(batch: BatchBuilder, parser, path: str, line_no: int, offset: int,
     return None
 
 
-def _parse_into(batch: BatchBuilder, parser, line: bytes, offset: int) -> str | None:
-    """Parse a line into the batch; why it cannot be stored, if it cannot."""
+class _Unread(str):
+    """Why a line was stored as text: its format could not read it."""
+
+    @property
+    def why(self) -> str:
+        return str(self)
+
+
+def _parse_into(batch: BatchBuilder, parser, line: bytes, offset: int, terminated: bool) -> str | None:
+    """Parse a line into the batch; why it cannot be stored, if it cannot. A line of a text log
+    its format cannot read is stored as a line of text with the reason (the parser's `unread`;
+    returned as _Unread), once it is whole: while it has no newline, the writer may be in the
+    middle of it."""
     try:
         batch.add(parser.parse(line), offset)
-    except (sources.Unparseable, Unstorable) as e:
+    except sources.Unparseable as e:
+        if not (terminated and hasattr(parser, "unread")):
+            return str(e)
+        try:
+            batch.add(parser.unread(line, str(e)), offset)
+        except (sources.Unparseable, Unstorable) as again:
+            return str(again)
+        return _Unread(e)
+    except Unstorable as e:
         return str(e)
     except Exception as e:  # noqa: BLE001 - a line no parser expected must not stop the file
         return f"unreadable ({type(e).__name__}: {e})"

@@ -55,8 +55,10 @@ FACTS = (
          "the HTTP status a tier answered the request with (its answer record, or its entry span's "
          "`http.response.status_code`)"),
     Fact("failed", "upper(coalesce(level, '')) IN ('ERROR', 'CRITICAL', 'FATAL') OR status = 'error' "
+                   "OR (status = 'aborted' AND source = 'vllm_log') "
                    "OR (regexp_matches(coalesce(status, ''), '^[0-9]{3}$') AND status >= '500')",
-         "the record states a failure: an error level, an `error` outcome or an HTTP status of 500 and up"),
+         "the record states a failure: an error level, an `error` outcome, vLLM's `Aborted request` (its "
+         "engine's word for a request that did not finish, whatever the reason) or an HTTP status of 500 and up"),
     Fact("error_text", "coalesce(nullif(concat_ws(': ', attrs->>'error_type', attrs->>'error_detail'), ''), "
                        "attrs->>'error', attrs->>'error.type')",
          "what the record says went wrong (Dynamo's `error_type` and `error_detail`, trace-join "

@@ -22,6 +22,12 @@ if TYPE_CHECKING:
 _INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
+# What a line or a field writes where a request has no id: never an id, so never one request of
+# every record that writes it.
+NOT_IDS = frozenset({"", "None", "none", "NONE", "null", "Null", "NULL", "nil", "undefined", "-1", "N/A", "n/a",
+                     "NaN", "nan"})
+
+
 class Unstorable(ValueError):
     """A record with a value the store cannot hold (a time past 2262, attributes nested deeper than
     JSON text is written): its line or span is quarantined with this reason, the rest is stored."""
@@ -45,14 +51,22 @@ class Record:
     attrs: dict | None = None
     attrs_text: str | None = None  # the attributes already as JSON text (a line kept as written), instead of attrs
     ids: list[tuple[str, str, str | None]] = field(default_factory=list)
+    # The format that read the record, where it is not its file's (a line of another format in a
+    # mixed stream, collector/sources/text_log.py); None: the file's.
+    source: str | None = None
+    # The line's text as stored (without the prompt or reply text a source leaves out), which the
+    # scan for id-shaped words reads (collector/tokens.py); not stored itself.
+    line_text: str | None = None
 
     def add_id(self, kind: str, value, scope: str | None = None) -> None:
-        """Attach an id; empty values are skipped, numbers (values and scopes) are kept as their
-        decimal text."""
-        if value is None or value == "" or isinstance(value, bool):
+        """Attach an id; empty values and the words that say there is none (`None`, `null`, `-1`)
+        are skipped, numbers (values and scopes) are kept as their decimal text."""
+        if value is None or isinstance(value, bool):
             return
         if not isinstance(value, str):
             value = str(value)
+        if value in NOT_IDS:
+            return
         if scope is not None and not isinstance(scope, str):
             scope = str(scope)
         if (kind, value, scope) not in self.ids:
@@ -130,6 +144,10 @@ class BatchBuilder:
         self._seqs: list[int] = []
         self._runs: list[list] = []  # [source, origin_id, records] of consecutive records, in order
         self._quarantine: dict[str, list] = {name: [] for name in QUARANTINE_SCHEMA.names}
+        # Lines stored as text because their format could not read them: how many, and where the
+        # first few are with why (the ingest summary says them).
+        self.unread = 0
+        self.unread_samples: list[str] = []
         self.origins: dict[int, Origin] = {}
         self._source, self._origin = None, None
 
@@ -145,10 +163,17 @@ class BatchBuilder:
         self._offsets += [offset] * len(records)
         self._seqs += range(len(records))
         runs, origin_id = self._runs, self._origin.origin_id
-        if runs and runs[-1][1] == origin_id and runs[-1][0] == self._source:
-            runs[-1][2] += len(records)
-        else:
-            runs.append([self._source, origin_id, len(records)])
+        for record in records:
+            source = record.source or self._source
+            if runs and runs[-1][1] == origin_id and runs[-1][0] == source:
+                runs[-1][2] += 1
+            else:
+                runs.append([source, origin_id, 1])
+
+    def note_unread(self, path: str, offset: int, line_no: int, reason: str) -> None:
+        self.unread += 1
+        if len(self.unread_samples) < 5:
+            self.unread_samples.append(f"{path}:{line_no} (byte {offset}): {reason}")
 
     def quarantine(self, path: str, offset: int, line_no: int, reason: str, excerpt: bytes) -> None:
         q = self._quarantine

@@ -34,6 +34,13 @@ A module provides:
                                                  with BULK.votes .learn(Counter) (the roles the
                                                  lines read in bulk vote for)
 
+The text logs (Dynamo's, vLLM's, SGLang's, TensorRT-LLM's, and text_log for any other text) share
+one LineParser, text_log.TextLines, which reads each line by the format that claims it: such a
+module gives a `Reader` (text_log.py's doc has its contract) and its LineParser is TextLines with
+its Reader first. TextLines also has `.unread(line, reason)`: the line a format claimed and could
+not read, as a line of text that says why (collector/lines.py stores it so, rather than
+quarantining it).
+
 docs/contributing.md walks through adding a format.
 """
 
@@ -41,7 +48,7 @@ from __future__ import annotations
 
 from . import (
     dynamo_jsonl, dynamo_request_trace, otlp_json, perf_metrics_jsonl, perf_metrics_legacy, tracejoin_jsonl,
-    sglang_log, sglang_metrics, trtllm_hook, trtllm_log, trtllm_time_events, vllm_log,
+    sglang_log, sglang_metrics, text_log, trtllm_hook, trtllm_log, trtllm_time_events, vllm_log,
 )
 from .parsing import Unparseable
 
@@ -55,6 +62,8 @@ SOURCES = [
     tracejoin_jsonl, otlp_json, dynamo_request_trace, trtllm_hook, trtllm_time_events, perf_metrics_jsonl,
     perf_metrics_legacy,
     sglang_metrics, dynamo_jsonl, vllm_log, sglang_log, trtllm_log,
+    # Any other text: each line read by the format that claims it, else as a plain line.
+    text_log,
 ]
 BY_NAME = {m.NAME: m for m in SOURCES}
 

@@ -20,11 +20,12 @@ import os
 import re
 from typing import NoReturn
 
-from . import bulk_sql
+from . import bulk_sql, text_log, tracing_fmt
+from .. import framing, tokens
 from ..ids import DISAGG_REQUEST_ID, ENGINE_REQUEST_ID, INTERNAL_ID, PARENT_SPAN, REPLY_ID, SPAN, TRACE_ID, X_REQUEST_ID
 from ..records import Record
 from . import dynamo_request_trace
-from .parsing import HEX, field, hex_id, iso_to_ns, load_object, text_line
+from .parsing import HEX, field, hex_id, iso_to_ns, load_object
 
 NAME = "dynamo_jsonl"
 
@@ -52,7 +53,9 @@ _ENGINE_ID_MAP = re.compile(
 # SGLang's own records carry) and the Dynamo request it serves.
 _SGLANG_SUBMITTED = re.compile(rf"Submitted SGLang Request ID: (\w+), Context: ({_UUID})", re.ASCII)
 # Readable-mode line: "2025-09-02T15:50:01.770028Z  INFO main.init: message"
-_READABLE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d))\s+([A-Z]+)\s+(.*)$")
+_READABLE = re.compile(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:\d\d))\s+"
+                       r"(TRACE|DEBUG|INFO|WARN|WARNING|ERROR|CRITICAL)\s+(.*)$")
+
 _UUID_IN_TEXT = re.compile(_UUID)
 # What the lines of a file say of its process (_learn_identity).
 _HANDLE_SPAN = "handle_payload"  # a worker's span for a request: its component and instance_id
@@ -76,11 +79,19 @@ def sniff(path: str, head: list[bytes]) -> bool:
     for line in head:
         if line.startswith(b"{") and b'"time"' in line and b'"level"' in line and b'"target"' in line:
             return True
-    return any(_READABLE.match(line.decode("utf-8", "replace")) for line in head)
+    return any(_READABLE.match(framing.frame(line.decode("utf-8", "replace")).text) for line in head)
 
 
-class LineParser:
-    def __init__(self, path: str):
+def LineParser(path: str, **options) -> text_log.TextLines:
+    """The parser of a Dynamo capture: its lines read by Reader, each other one (vLLM's, SGLang's,
+    a traceback's) by its own format."""
+    return text_log.LineParser(path, first=NAME, **options)
+
+
+class Reader:
+    """Dynamo's lines of one file (text_log.py's reader contract)."""
+
+    def __init__(self, path: str, worker: str | None = None, keep_content: bool = False, tz: str | None = None):
         self.worker: str | None = None
         self.role: str | None = None
         self._file = os.path.basename(path)
@@ -113,21 +124,27 @@ class LineParser:
         self._last_time_ns = state.get("last_time_ns")
         self._component, self._instance_id = state.get("component"), state.get("instance_id")
 
-    def parse(self, line: bytes) -> list[Record]:
-        stripped = line.strip()
-        if stripped.startswith(b"{"):
-            obj = load_object(stripped)
+    def claims(self, text: str) -> bool:
+        """A JSON line of Dynamo's logger or a request-trace row, or a line of its readable format."""
+        if text.startswith("{"):
+            return ('"target"' in text and '"level"' in text and '"time"' in text) or dynamo_request_trace.SCHEMA in text
+        return _READABLE.match(text) is not None
+
+    def read(self, framed) -> Record:
+        text = framed.text
+        if text.startswith("{"):
+            obj = load_object(text)
             if obj.get("schema") == dynamo_request_trace.SCHEMA:
                 record = dynamo_request_trace.record_from_row(obj)
             else:
                 record = self._json_line(obj)
         else:
-            record = self._text_line(stripped)
+            record = self._readable(text)
         if record.time_ns is None:
-            record.time_ns = self._last_time_ns  # tracebacks and untimed text follow their line
+            record.time_ns = self._last_time_ns
         else:
             self._last_time_ns = record.time_ns
-        return [record]
+        return record
 
     def _json_line(self, obj: dict) -> Record:
         (message, target, span_name, time, level, trace_id, span_id, parent_id, request_id,
@@ -155,12 +172,13 @@ class LineParser:
         record.add_id(X_REQUEST_ID, x_request_id)
         record.add_id(TRACE_ID, record.trace_id)
         self._ids_in_text(record, message)
+        texts = [text for text in (message, obj.get("error"), obj.get("error_detail")) if isinstance(text, str)]
         if request_id is None:
             # Lines outside a request span name it only in text ("request <uuid> is already active").
-            for text in (message, obj.get("error"), obj.get("error_detail")):
-                if isinstance(text, str):
-                    for uuid in _UUID_IN_TEXT.findall(text):
-                        record.add_id(INTERNAL_ID, uuid.lower())
+            for text in texts:
+                for uuid in _UUID_IN_TEXT.findall(text):
+                    record.add_id(INTERNAL_ID, uuid.lower())
+        record.line_text = "\n".join(texts)  # the words of the line a user may look up (tokens.py)
         if "time.duration_us" in obj and isinstance(obj["time.duration_us"], int):
             record.duration_ns = obj["time.duration_us"] * 1000
         elif isinstance(obj.get("elapsed_ms"), (str, int, float)):
@@ -191,15 +209,27 @@ class LineParser:
             field(obj, key, (str,), required=key in _REQUIRED)
         raise AssertionError(f"no field of {obj!r} is wrong")
 
-    def _text_line(self, line: bytes) -> Record:
-        text = text_line(line)
-        record = Record(kind="log", name=text[:2000])
+    def _readable(self, text: str) -> Record:
+        """A line of the readable format: `<time>  <LEVEL> <span scope>: <target>: <message> <fields>`."""
         m = _READABLE.match(text)
-        if m:
-            record.time_ns = iso_to_ns(m.group(1))
-            record.level = m.group(2)
-            record.name = m.group(3)[:2000]
-        self._ids_in_text(record, text)
+        event = tracing_fmt.parse(m.group(3))
+        record = Record(kind="log", time_ns=iso_to_ns(m.group(1)), level=m.group(2),
+                        name=event.message[:2000])
+        attrs = {"target": event.target} if event.target else {}
+        if event.spans:
+            attrs["spans"] = ":".join(name for name, _ in event.spans)
+        request_id = event.field("request_id") or event.field("x_dynamo_request_id")
+        record.add_id(INTERNAL_ID, request_id)
+        record.add_id(X_REQUEST_ID, event.field("x_request_id"))
+        trace_id = hex_id(event.field("trace_id"), 32)
+        if trace_id:
+            record.trace_id = trace_id
+            record.add_id(TRACE_ID, trace_id)
+        self._ids_in_text(record, event.message)
+        if request_id is None:  # lines outside a request's span name it only in text
+            for uuid in _UUID_IN_TEXT.findall(event.message):
+                record.add_id(INTERNAL_ID, uuid.lower())
+        record.attrs = attrs or None
         return record
 
     def _ids_in_text(self, record: Record, text: str) -> None:
@@ -396,6 +426,16 @@ SELECT DISTINCT record_id, i.kind, i.value, i.scope FROM (
                 ELSE [] END) AS i
     FROM {{records}} WHERE {_TEXT_IDS}
 ) WHERE i.value <> ''
+"""
+# The id-shaped words of the message and the error texts, beside the ids the line carries as such
+# (tokens.py): `known` is the select above.
+_IDS = f"""
+WITH known AS ({_IDS})
+SELECT * FROM known
+UNION ALL
+SELECT DISTINCT record_id, '{tokens.TOKEN}', w, NULL::VARCHAR FROM (
+    SELECT record_id, unnest({tokens.sql("concat_ws(chr(10), message, error, error_detail)")}) AS w FROM {{records}}
+) t WHERE NOT EXISTS (SELECT 1 FROM known k WHERE k.record_id = t.record_id AND k.value = t.w)
 """
 
 BULK = bulk_sql.Rules(select=_SELECT, ids=_IDS)

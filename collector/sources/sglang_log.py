@@ -26,9 +26,16 @@ Lines read:
   `kv_transfer_ms` among them;
 - `server_args=ServerArgs(…)` at startup: `disaggregation_mode` says the server's role (`prefill`,
   `decode`; else it answers alone, `agg`), as does a `ReqTimeStats` line's `type`;
-- an error (SGLang writes no level: a line that says `Error`, `Exception` or `Traceback`), with the
-  rids (32 hex) and bootstrap rooms it names; the lines after it without a stamp (its traceback)
-  continue it.
+- an error (SGLang writes no level: a line that says `Error`, `Exception`, `Traceback`, `failed` or
+  `timed out`), with the rids (32 hex, `rid='…'`) and bootstrap rooms it names; the lines after it
+  without a stamp (its traceback) continue it;
+- the same lines pasted without their stamp, known by their words (`GenerateReqInput(`, `rid='`,
+  `bootstrap_room=`, `ReqTimeStats(`, `KVTransferError`), read alike at the time of the line before;
+- a native `/generate` reply (JSON, `meta_info.id` the rid), logged or pasted, with any text glued
+  after it: an `abort` is its request's failure, `finish_reason.message` its error;
+- SGLang's router (sgl-router, the Model Gateway, in Rust): `YYYY-mm-dd HH:MM:SS LEVEL
+  http_request{… request_id=cmpl-… status=500 …}: sglang_router_rs::…: message`, its request id (the
+  router's own, or a client's `X-Request-Id`) an internal id of the router's request, its status.
 
 The process is `ingest --worker`'s name, else the request log's `<hostname>_<rank>` (its file name,
 rotated hourly as `<hostname>_<rank>.log.YYYY-mm-dd_HH`), else the file's name.
@@ -36,15 +43,17 @@ rotated hourly as `<hostname>_<rank>.log.YYYY-mm-dd_HH`), else the file's name.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 
 import orjson
 
-from .. import local_time
-from ..ids import BOOTSTRAP_ROOM, REPLY_ID, bootstrap_room
+from . import text_log, tracing_fmt
+from .. import framing, local_time
+from ..ids import BOOTSTRAP_ROOM, INTERNAL_ID, REPLY_ID, bootstrap_room
 from ..records import Record
-from .parsing import Unparseable, load_object, text_line
+from .parsing import Unparseable, load_object
 
 NAME = "sglang_log"
 WORKER_FROM_USER = True
@@ -55,7 +64,8 @@ _STAMP = re.compile(r"^\[(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d{3}))
                     re.ASCII)
 _RANK = re.compile(r"(DP|PP|ATTN_CP|MOE_DP|TP|EP)(\d+)")
 _ISO = re.compile(r"^(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d{1,6}))?$")
-_SGLANG_WORDS = (b"ServerArgs(", b'"event": "request.', b"Receive: obj=", b"Finish: obj=", b"ReqTimeStats(", b"sglang")
+_SGLANG_WORDS = ("ServerArgs(", '"event": "request.', "Receive: obj=", "Finish: obj=", "ReqTimeStats(", "sglang",
+                 "sglang_router", "sgl_model_gateway")
 _REQUEST_LOG_FILE = re.compile(r"^(?P<name>.+_\d+)\.log(?:\.\d{4}-\d\d-\d\d_\d\d)?(?:\.gz)?$")
 
 _MODE = re.compile(r"\bdisaggregation_mode='(\w+)'")
@@ -67,8 +77,8 @@ _TIME_STATS = re.compile(r"^ReqTimeStats\((?P<fields>[^)]*)\): ?(?P<durations>.*
 _FIELD = re.compile(r"(\w+)=([^,]*)")
 _DURATION_MS = re.compile(r"^([0-9.]+)ms$")
 _EPOCH_SECONDS = re.compile(r"^\d{9,11}(?:\.\d+)?$")
-_ERROR = re.compile(r"\b(?:Error|Exception|Traceback)\b|\b[A-Z]\w*Error:")
-_RID_IN_TEXT = re.compile(r"\b[0-9a-f]{32}\b")
+_ERROR = re.compile(r"\b(?:Error|Exception|Traceback)\b|\b[A-Z]\w*(?:Error|Exception)\b|\bfailed\b|\btimed out\b")
+_RID_IN_TEXT = re.compile(r"\b[0-9a-f]{32}\b|(?<=rid=')[^']+(?=')")
 _ROOM_IN_TEXT = re.compile(r"\bbootstrap[ _]room[ =:]+(\d+)", re.IGNORECASE)
 # ReqTimeStats' durations under the names the other sources give the same phases.
 _CONTRACT_NAMES = {"queue_duration": "queue_ms", "transfer_duration": "kv_transfer_ms"}
@@ -78,13 +88,28 @@ CONTENT_FIELDS = frozenset({"text", "input_ids", "input_embeds", "messages", "pr
                       "audio_data", "output_ids"})
 
 
+# The router's lines: Rust's tracing format, stamped in local time, its targets SGLang's crates.
+_ROUTER = re.compile(r"^(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?\s+(TRACE|DEBUG|INFO|WARN|ERROR)\s+"
+                     r"(?=.*?\b(?:sglang_router\w*|sgl_model_gateway\w*|smg\w*)::)", re.ASCII)
+# Words of SGLang's own that a line pasted without its stamp may still be known by.
+_WORDS = re.compile(r"GenerateReqInput\(|\brid='|\bbootstrap_room=|ReqTimeStats\(|KVTransferError|\"meta_info\"")
+
+
 def sniff(path: str, head: list[bytes]) -> bool:
-    stamped = [line for line in head if _STAMP.match(line.decode("utf-8", "replace"))]
-    return bool(stamped) and (any(word in line for line in stamped for word in _SGLANG_WORDS)
+    texts = [framing.frame(line.decode("utf-8", "replace")).text for line in head]
+    stamped = [text for text in texts if _STAMP.match(text) or _ROUTER.match(text)]
+    return bool(stamped) and (any(word in text for text in stamped for word in _SGLANG_WORDS)
                               or bool(_REQUEST_LOG_FILE.match(os.path.basename(path))))
 
 
-class LineParser:
+def LineParser(path: str, **options) -> text_log.TextLines:
+    """The parser of a file of SGLang's: its lines read by Reader, each other one by its own format."""
+    return text_log.LineParser(path, first=NAME, **options)
+
+
+class Reader:
+    """SGLang's lines of one file (text_log.py's reader contract)."""
+
     def __init__(self, path: str, worker: str | None = None, keep_content: bool = False, tz: str | None = None):
         m = _REQUEST_LOG_FILE.match(os.path.basename(path))
         self.worker = worker or (m["name"] if m else os.path.basename(path).split(".")[0])
@@ -104,15 +129,24 @@ class LineParser:
         self._last_time_ns = state.get("last_time_ns")
         self.role = state.get("role") or self.role
 
-    def parse(self, line: bytes) -> list[Record]:
-        text = text_line(line).rstrip("\r\n")
+    def claims(self, text: str) -> bool:
+        return _STAMP.match(text) is not None or _ROUTER.match(text) is not None
+
+    def claims_words(self, text: str) -> bool:
+        return _WORDS.search(text) is not None
+
+    def read(self, framed: framing.Framed) -> Record:
+        text = framed.text
         record = Record(kind="log", attrs={})
         m = _STAMP.match(text)
-        if m is None:  # a traceback's lines, and anything else printed without SGLang's stamp
-            record.attrs["continues"] = True
-            record.name = text[:2000]
-            record.time_ns = self._last_time_ns
-            return [self._done(record)]
+        if m is None:
+            if router := _ROUTER.match(text):
+                self._router(record, router, text[router.end():])
+            elif text.startswith("{"):
+                self._reply(record, text)
+            else:  # SGLang's words without its stamp: at the time of the line before
+                record.name = self._message(record, text)[:2000]
+            return self._done(record)
         record.time_ns = self._last_time_ns = self._time(*m.groups()[:6], milliseconds=m.group(7),
                                                          attrs=record.attrs)
         for name, rank in _RANK.findall(m.group(8) or ""):
@@ -122,7 +156,53 @@ class LineParser:
             self._request_log(record, message)
         else:
             record.name = self._message(record, message)[:2000]
-        return [self._done(record)]
+        return self._done(record)
+
+    def _router(self, record: Record, m: re.Match, rest: str) -> None:
+        """A line of SGLang's router: its time, level, span scope and the request it names."""
+        record.time_ns = self._last_time_ns = self._time(*m.groups()[:6], microseconds=(m.group(7) or "")[:6],
+                                                         attrs=record.attrs)
+        record.level = "WARNING" if m.group(8) == "WARN" else m.group(8)
+        event = tracing_fmt.parse(rest)
+        record.name = event.message[:2000]
+        record.role = "router"
+        record.attrs["target"] = event.target
+        if event.spans:
+            record.attrs["span"] = event.spans[-1][0]
+        for key in ("method", "uri", "status", "latency"):
+            if (value := event.field(key)) is not None:
+                record.attrs[key] = value
+        if (status := event.field("status")) and status[:3].isdigit():
+            record.status = status[:3]
+        record.add_id(INTERNAL_ID, event.field("request_id"))
+
+    def _reply(self, record: Record, text: str) -> None:
+        """A native /generate reply, with whatever was glued after it (module doc)."""
+        try:
+            obj, end = json.JSONDecoder().raw_decode(text)
+        except ValueError:
+            raise Unparseable("a JSON reply cut short") from None
+        meta = obj.get("meta_info") if isinstance(obj, dict) else None
+        if not isinstance(meta, dict):
+            raise Unparseable("a JSON reply without its meta_info")
+        rid = meta.get("id")
+        record.add_id(REPLY_ID, rid if isinstance(rid, str) else None)
+        reason = meta.get("finish_reason") if isinstance(meta.get("finish_reason"), dict) else {}
+        record.name = f"reply {rid}" + (f": {reason['type']}" if isinstance(reason.get("type"), str) else "")
+        if reason.get("type") == "abort":
+            record.level = "ERROR"
+            if isinstance(reason.get("message"), str):
+                record.attrs["error"] = reason["message"]
+            code = reason.get("status_code")
+            if isinstance(code, int) and not isinstance(code, bool):
+                record.status = str(code)
+        e2e = meta.get("e2e_latency")
+        if isinstance(e2e, (int, float)) and not isinstance(e2e, bool) and e2e >= 0:
+            record.duration_ns = round(e2e * 1e9)
+        record.attrs["reply"] = self._without_content(obj, record)
+        if after := text[end:].strip():
+            record.attrs["after"] = after[:2000]
+        record.line_text = record.name + " " + orjson.dumps(record.attrs).decode()
 
     def _done(self, record: Record) -> Record:
         record.attrs = record.attrs or None
@@ -213,6 +293,7 @@ class LineParser:
                 self._entry(record, room and room.group(1))
             if not self.keep_content:  # the request's repr holds its text
                 record.attrs["content_chars"] = {"message": len(message)}
+                record.line_text = " ".join(filter(None, (m.group(1), rid and rid.group(0), room and room.group(0))))
                 return f"{m.group(1)}: obj=GenerateReqInput(rid={rid.group(1)!r})" if rid else m.group(1)
         elif m := _TIME_STATS.match(message):
             fields = dict(_FIELD.findall(m.group("fields")))

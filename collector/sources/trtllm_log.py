@@ -1,5 +1,5 @@
 """TensorRT-LLM text logs: the stdout/stderr of `trtllm-serve` workers and of the disaggregated
-server. There is no JSON option; lines come in these shapes:
+server. There is no JSON option; its own lines come in these shapes:
 
     [07/09/2025-23:07:49] [TRT-LLM] [I] message                 tensorrt_llm/logger.py
     [07/09/2025-23:07:49] [TRT-LLM] [RANK 3] [W] message        several ranks (older: [MPI_Rank 3])
@@ -7,14 +7,11 @@ server. There is no JSON option; lines come in these shapes:
     [07/09/2025-23:07:49] message                               stdlib loggers (the hook) through
                                                                 the same root handler
     [TensorRT-LLM][INFO] message                                the C++ runtime, no time
-    INFO:     127.0.0.1:50522 - "POST /v1/chat/completions ..."  uvicorn and logging's default format
 
-plus tracebacks and anything else a process prints, and the labels launchers put in front of
-each line (`0: ` from `srun -l`, `[1,0]<stdout>:` from `mpirun --tag-output`), which are removed.
-Every line becomes a record; a line with no time of its own (tracebacks, C++ lines) takes the
-time of the line before it. A line with neither a time nor a level (a traceback's lines, the rest of
-a message that spans lines) is marked `continues`: it goes on the text of the line before it, and
-lookup shows such lines with the line they continue, as one record (collector/error_lines.py).
+and, in the same stream, uvicorn's lines, tracebacks and anything else a process prints, behind
+the labels launchers put in front of each line (`0: ` from `srun -l`, `[1,0]<stdout>:` from
+`mpirun --tag-output`): those are read as text (text_log.py, which reads this format's files a
+line at a time with this module's Reader first). A C++ line takes the time of the line before it.
 
 Times are local time to the second, with no zone: read by collector/local_time.py's rule (`--tz`,
 TRACEJOIN_TZ, then this source's own TRACEJOIN_TRTLLM_TZ, else UTC, said to be assumed).
@@ -27,7 +24,8 @@ Lines that carry request ids:
   its value): the ctx request id, scoped to the ctx server it was sent to (`host:port`, as the
   server's perf records name it); sent to a generation server it is a label, since the id is the
   ctx server's. Such a line also shows the file is the disaggregated server's (role `router`);
-- `disaggregated_params is not set in the response for request <disagg_request_id>`.
+- `disaggregated_params is not set in the response for request <disagg_request_id>`, and any
+  `disagg_request_id=<n>` (the disaggregated server's exceptions, pasted without their stamp too).
 
 The process is named by the file's folder when that is `host:port`, `host_port` or `host-pid`, else
 by the file's own name (parsing.worker_from_path).
@@ -37,11 +35,11 @@ from __future__ import annotations
 
 import re
 
-from . import bulk_sql
-from .. import local_time
+from . import bulk_sql, text_log
+from .. import framing, local_time, tokens
 from ..ids import CTX_REQUEST_ID, DISAGG_REQUEST_ID, ENGINE_REQUEST_ID
 from ..records import Record
-from .parsing import Unparseable, text_line, worker_from_path
+from .parsing import Unparseable, worker_from_path
 
 NAME = "trtllm_log"
 # Nothing in the file names its process: the user can (`trace-join ingest --worker`).
@@ -52,14 +50,13 @@ TZ_VARIABLE = "TRACEJOIN_TRTLLM_TZ"
 
 # Digits and spaces are ASCII ones (re.ASCII): what launchers and loggers write, and what DuckDB's
 # patterns read alike (the lines read in bulk, below).
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-_LAUNCHER_LABEL = re.compile(r"^(?:\s*\d+: |\[\d+,\d+\]<std(?:out|err)>:)", re.ASCII)
 _STAMP = re.compile(r"^\[(\d\d)/(\d\d)/(\d{4})-(\d\d):(\d\d):(\d\d)\] ?", re.ASCII)
 # The rank before the severity (older releases), or a module's tag and the rank after it (newer).
 _PYTHON_TAG = re.compile(r"^\[TRT-LLM\] ?(?:\[(?:RANK|MPI_Rank) (\d+)\] ?)?"
                          r"(?:\[([FEWIV])\] ?(?:\[([A-Za-z_][\w.-]*)\] ?)?(?:\[(?:RANK|MPI_Rank) (\d+)\] ?)?)?", re.ASCII)
 _CPP_TAG = re.compile(r"^\[TensorRT-LLM\](?:\[([A-Z]+)\])? ?(?:\[(?:RANK|MPI_Rank) (\d+)\] ?)?", re.ASCII)
-_STDLIB_LEVEL = re.compile(r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL):\s*", re.ASCII)
+# A stdlib logger's default format, which a line known by its words may be in.
+_STDLIB_LEVEL = re.compile(r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL):", re.ASCII)
 _SEVERITY = {"F": "CRITICAL", "E": "ERROR", "W": "WARNING", "I": "INFO", "V": "DEBUG"}
 _SNIFF = re.compile(r"^\[(?:\d\d/\d\d/\d{4}-\d\d:\d\d:\d\d\] |TRT-LLM\] |TensorRT-LLM\])")
 
@@ -71,22 +68,30 @@ _SENDING = re.compile(r"Sending (?:ServerRole\.)?(\w+) request (\d+|None) to (?:
 # ServerRole is an IntEnum: Python 3.10 formats it `ServerRole.CONTEXT`, 3.11 and later `0`.
 _CONTEXT_ROLE = ("CONTEXT", "0")
 _NO_DISAGG_PARAMS = re.compile(r"disaggregated_params is not set in the response for request (\d+)", re.ASCII)
+# What only this format's lines say, where a line has neither its time nor its tag: the
+# disaggregated server's errors, the request-naming messages above as a traceback's last line.
+_WORDS = re.compile(rf"\b(?:disagg_request_id=\d|ctx_request_id\b)|{_ENGINE_ID_LINES.pattern}|{_NO_DISAGG_PARAMS.pattern}",
+                    re.ASCII)
 # Texts a line holds when it may show the file is the disaggregated server's (ESC: a terminal
 # color may cut the words apart).
 _ROUTER_MARKERS = (b"Sending", b"\x1b")
 
 
 def sniff(path: str, head: list[bytes]) -> bool:
-    return any(_SNIFF.match(_strip_decorations(line.decode("utf-8", "replace"))) for line in head)
+    return any(_SNIFF.match(framing.frame(line.decode("utf-8", "replace")).text) for line in head)
 
 
-def _strip_decorations(text: str) -> str:
-    """A line without terminal colors and without a launcher's label."""
-    return _LAUNCHER_LABEL.sub("", _ANSI.sub("", text))
+# A line this format writes: a time in its form, or one of its loggers' tags.
+_CLAIMS = re.compile(r"^\[(?:\d\d/\d\d/\d{4}-\d\d:\d\d:\d\d\]|TRT-LLM\]|TensorRT-LLM\])", re.ASCII)
+_DISAGG_IN_TEXT = re.compile(r"\bdisagg_request_id=(\d+)", re.ASCII)
 
 
-class LineParser:
-    def __init__(self, path: str, worker: str | None = None, tz: str | None = None):
+def LineParser(path: str, worker: str | None = None, keep_content: bool = False, tz: str | None = None):
+    return text_log.LineParser(path, worker=worker, keep_content=keep_content, tz=tz, first=NAME)
+
+
+class Reader:
+    def __init__(self, path: str, worker: str | None = None, keep_content: bool = False, tz: str | None = None):
         self.worker = worker or worker_from_path(path)
         self.role: str | None = None
         self._times = local_time.LocalTimes(local_time.clock(tz, TZ_VARIABLE))
@@ -125,13 +130,17 @@ class LineParser:
         offset_s = self._times.clock.fixed_offset_s
         return None if offset_s is None or self._times.clock.error else {"offset_s": str(offset_s)}
 
-    def parse(self, line: bytes) -> list[Record]:
-        text = text_line(line).rstrip("\r")
-        text = _strip_decorations(text)
+    def claims(self, text: str) -> bool:
+        return _CLAIMS.match(text) is not None
+
+    def claims_words(self, text: str) -> bool:
+        return _WORDS.search(text) is not None
+
+    def read(self, framed) -> Record:
+        text = framed.text
         record = Record(kind="log")
         attrs: dict = {}
         m = _STAMP.match(text)
-        stamped = m is not None
         if m:
             record.time_ns = self._stamp_ns(m, attrs)
             text = text[m.end():]
@@ -146,21 +155,16 @@ class LineParser:
             if python and m.group(3):
                 attrs["module"] = m.group(3)
             text = text[m.end():]
-        else:
-            m = _STDLIB_LEVEL.match(text)
-            if m:
-                record.level = m.group(1)
-                text = text[m.end():]
-        if not stamped and record.level is None:
-            attrs["continues"] = True
+        elif m := _STDLIB_LEVEL.match(text):
+            record.level = m.group(1)
         record.name = text[:2000]
         self._ids(record, text, attrs)
         record.attrs = attrs or None
         if record.time_ns is None:
-            record.time_ns = self._last_time_ns  # tracebacks and untimed lines follow their line
+            record.time_ns = self._last_time_ns  # C++ lines follow the line before
         else:
             self._last_time_ns = record.time_ns
-        return [record]
+        return record
 
     def _stamp_ns(self, m: re.Match, attrs: dict) -> int:
         stamp = m.group(0)
@@ -191,13 +195,16 @@ class LineParser:
                 record.add_id(CTX_REQUEST_ID, ctx_request_id, server if sent_to_ctx else None)
             attrs["ctx_server" if sent_to_ctx else "gen_server"] = server
             self.role = "router"
-        m = _NO_DISAGG_PARAMS.search(text)
+        m = _NO_DISAGG_PARAMS.search(text) or _DISAGG_IN_TEXT.search(text)
         if m:
             record.add_id(DISAGG_REQUEST_ID, m.group(1))
 
 
 # -- the same lines in bulk (collector/bulk.py) ----------------------------------------------------
-# LineParser.parse's rules over a batch of lines in DuckDB. `ok` leaves to the parser: blank lines,
+# Reader.read's rules over a batch of lines in DuckDB, for the lines the Reader claims and line
+# framing leaves as they are (no colour, no trailing space; a claimed line starts with `[`, which
+# no wrapper does but kubectl's and mpirun's, whose `[pod/`, `[1,0]<` no claimed line starts
+# with). `ok` leaves to the parser: every other line (a traceback's, uvicorn's, a wrapped one),
 # NUL bytes, a time it may refuse (not a date, or outside 1678-2261: 64-bit nanoseconds), a rank
 # too long for 64 bits, a server name that is not plain ASCII (JSON may write it otherwise), and a
 # line without a time whose time the SQL does not know (the last line before it in its piece
@@ -212,9 +219,9 @@ _SEVERITY_SQL = " ".join(f"WHEN '{letter}' THEN '{level}'" for letter, level in 
 _PARSERS = "-9223372036854775808"
 _SELECT = f"""
 WITH stripped AS (
-    SELECT f, idx, start, raw, offset_s,
-        regexp_replace(CASE WHEN contains(raw, chr(27)) THEN regexp_replace(raw, '{bulk_sql.re2(_ANSI)}', '', 'g') ELSE raw END,
-                       '{bulk_sql.re2(_LAUNCHER_LABEL)}', '') AS t
+    SELECT f, idx, start, offset_s, raw AS t,
+        regexp_matches(raw, '{bulk_sql.re2(_CLAIMS)}') AND right(raw, 1) BETWEEN '!' AND '~'
+            AND NOT contains(raw, chr(27)) AND NOT regexp_matches(raw, '{bulk_sql.re2(framing.PASTED_COLOUR)}') AS claimed
     FROM (SELECT f, idx, start, {{offset_s}} AS offset_s, rtrim(line, chr(13) || chr(10)) AS raw FROM {{lines}})
 ), stamped AS (
     SELECT *, regexp_extract(t, '{bulk_sql.re2(_STAMP)}', 0) AS stamp FROM stripped
@@ -228,20 +235,17 @@ WITH stripped AS (
         regexp_extract(_when(starts_with(after_stamp, '[TRT-LLM]'), after_stamp),
                        '({bulk_sql.re2(_PYTHON_TAG)})', ['tag', 'rank', 'letter', 'module', 'rank_after']) AS py,
         regexp_extract(_when(starts_with(after_stamp, '[TensorRT-LLM]'), after_stamp),
-                       '({bulk_sql.re2(_CPP_TAG)})', ['tag', 'level', 'rank']) AS cpp,
-        regexp_extract(_when(contains(left(after_stamp, 9), ':'), after_stamp),
-                       '({bulk_sql.re2(_STDLIB_LEVEL)})', ['tag', 'level']) AS std
+                       '({bulk_sql.re2(_CPP_TAG)})', ['tag', 'level', 'rank']) AS cpp
     FROM timed
 ), read AS (
-    SELECT f, idx, start, raw, stamp, own_time,
+    SELECT f, idx, start, t, claimed, stamp, own_time,
         CASE WHEN py.tag <> '' THEN CASE py.letter {_SEVERITY_SQL} END
-             WHEN cpp.tag <> '' THEN nullif(cpp.level, '')
-             WHEN std.tag <> '' THEN std.level END AS level,
+             WHEN cpp.tag <> '' THEN nullif(cpp.level, '') END AS level,
         CASE WHEN py.tag <> '' THEN coalesce(nullif(py.rank, ''), nullif(py.rank_after, ''))
              WHEN cpp.tag <> '' THEN nullif(cpp.rank, '') END AS rank,
         CASE WHEN py.tag <> '' THEN 'TRT-LLM' WHEN cpp.tag <> '' THEN 'TensorRT-LLM' END AS logger,
         CASE WHEN py.tag <> '' THEN nullif(py.module, '') END AS module,
-        substr(after_stamp, length(CASE WHEN py.tag <> '' THEN py.tag WHEN cpp.tag <> '' THEN cpp.tag ELSE std.tag END) + 1)
+        substr(after_stamp, length(CASE WHEN py.tag <> '' THEN py.tag WHEN cpp.tag <> '' THEN cpp.tag ELSE '' END) + 1)
             AS message
     FROM tagged
 ), ided AS (
@@ -250,16 +254,17 @@ WITH stripped AS (
                        '({bulk_sql.re2(_ENGINE_ID_LINES)})', ['all', 'a', 'b', 'c']) AS engine,
         regexp_extract(_when(contains(message, 'Sending '), message),
                        '({bulk_sql.re2(_SENDING)})', ['all', 'role', 'id', 'server']) AS sending,
-        nullif(regexp_extract(_when(contains(message, 'disaggregated_params is not set'), message),
-                              '{bulk_sql.re2(_NO_DISAGG_PARAMS)}', 1), '') AS disagg_id
+        CASE WHEN contains(message, 'disagg') THEN coalesce(
+            nullif(regexp_extract(message, '{bulk_sql.re2(_NO_DISAGG_PARAMS)}', 1), ''),
+            nullif(regexp_extract(message, '{bulk_sql.re2(_DISAGG_IN_TEXT)}', 1), '')) END AS disagg_id
     FROM read
 ), checked AS (
     SELECT *, sending.all <> '' AND upper(sending.role) IN ('CONTEXT', '0') AS to_ctx,
         -- lines the parser stores nothing of, and which leave its time as it was
-        contains(raw, chr(0)) OR trim(raw, ' ' || chr(9) || chr(10) || chr(11) || chr(12) || chr(13)) = '' AS unstored
+        contains(t, chr(0)) OR trim(t, ' ' || chr(9) || chr(10) || chr(11) || chr(12) || chr(13)) = '' AS unstored
     FROM ided
 ), own AS (
-    SELECT *, NOT unstored AND (stamp = '' OR own_time IS NOT NULL) AND coalesce(length(rank) <= 18, true)
+    SELECT *, claimed AND NOT unstored AND (stamp = '' OR own_time IS NOT NULL) AND coalesce(length(rank) <= 18, true)
         AND (sending.all = '' OR regexp_matches(sending.server, '^[!-~]+$')) AS own_ok
     FROM checked
 ), carrying AS (
@@ -276,12 +281,11 @@ SELECT f, idx, start,
     NULL::VARCHAR AS trace_id, NULL::VARCHAR AS span_id, NULL::VARCHAR AS parent_span_id,
     nullif(json_merge_patch('{{}}', json_object(
         'rank', TRY_CAST(rank AS BIGINT), 'logger', logger, 'module', module,
-        'continues', CASE WHEN stamp = '' AND level IS NULL THEN true END,
         'ctx_server', CASE WHEN to_ctx THEN sending.server END,
         'gen_server', CASE WHEN sending.all <> '' AND NOT to_ctx THEN sending.server END))::VARCHAR, '{{}}') AS attrs,
     coalesce(nullif(engine.a, ''), nullif(engine.b, ''), nullif(engine.c, '')) AS engine_id,
     CASE WHEN sending.all <> '' AND sending.id <> 'None' THEN sending.id END AS ctx_id,
-    CASE WHEN to_ctx THEN sending.server END AS ctx_scope, disagg_id
+    CASE WHEN to_ctx THEN sending.server END AS ctx_scope, disagg_id, t AS line_text
 FROM carrying
 """
 _IDS = f"""
@@ -292,6 +296,10 @@ SELECT DISTINCT record_id, i.kind, i.value, i.scope FROM (
         {{'kind': '{DISAGG_REQUEST_ID}', 'value': disagg_id, 'scope': NULL::VARCHAR}}]) AS i
     FROM {{records}} WHERE engine_id IS NOT NULL OR ctx_id IS NOT NULL OR disagg_id IS NOT NULL
 ) WHERE i.value IS NOT NULL
+UNION ALL
+SELECT DISTINCT record_id, '{tokens.TOKEN}', w, NULL::VARCHAR FROM (
+    SELECT record_id, engine_id, ctx_id, disagg_id, unnest({tokens.sql("line_text")}) AS w FROM {{records}}
+) WHERE w IS DISTINCT FROM engine_id AND w IS DISTINCT FROM ctx_id AND w IS DISTINCT FROM disagg_id
 """
 
 BULK = bulk_sql.Rules(select=_SELECT, ids=_IDS)

@@ -129,10 +129,11 @@ def test_the_sample_is_stored_alike(tmp_path, monkeypatch, small):
 
 
 @pytest.mark.parametrize("seed", range(12))
-def test_mutated_lines_are_stored_and_quarantined_alike(tmp_path, monkeypatch, seed):
+def test_mutated_lines_are_stored_alike(tmp_path, monkeypatch, seed):
     files = mutated_files(tmp_path / "logs", seed, share=0.3 if seed % 2 else 0.05)
     in_bulk, by_line = ingest_both_ways(tmp_path, files, monkeypatch, dynamo_jsonl, small=seed % 3 == 0)
-    assert by_line["quarantine"], "the mutations quarantine some lines"
+    unread = [r for r in by_line["records"] if '"unread"' in str(r)]
+    assert unread, "the mutations leave some lines the format cannot read, stored as plain lines with why"
     assert_same(in_bulk, by_line)
 
 

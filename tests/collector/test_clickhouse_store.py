@@ -55,7 +55,7 @@ def test_the_same_lines_are_stored_once_by_any_number_of_writers(tj, tmp_path):
     frontend = tmp_path / "logs" / "frontend.stderr.jsonl"
     bad_line = len(frontend.read_bytes().splitlines()) + 1
     with open(frontend, "a") as f:
-        f.write('{"time": 12}\n')  # a Dynamo line without its target: quarantined
+        f.write('core \x00\x01 dump\n')  # binary data, which cannot be stored even as text: quarantined
     first = tj("ingest", tmp_path / "logs", "--json", "--store", spec, with_db=False)
     assert first.code == 2
     assert first.json()["sources"]["dynamo_jsonl"]["requests"] == len(sample.requests)
@@ -73,7 +73,7 @@ def test_the_same_lines_are_stored_once_by_any_number_of_writers(tj, tmp_path):
     assert _stored(spec) == once
 
     quarantine = tj("quarantine", "--json", "--store", spec, with_db=False).json()
-    assert [(q["path"], q["line"], q["reason"]) for q in quarantine] == [(str(frontend), bad_line, "missing field 'target'")]
+    assert [(q["path"], q["line"], q["reason"]) for q in quarantine] == [(str(frontend), bad_line, "binary data (NUL bytes) in a text line")]
     [request] = tj("lookup", sample.requests[2].reply_id, "--json", "--store", spec, with_db=False).json()["requests"]
     assert {w["role"] for w in request["workers"]} == {"frontend", "prefill", "decode"}
 

@@ -10,6 +10,8 @@ import orjson
 import pytest
 
 from tracejoin.collector.ids import INTERNAL_ID, TRACE_ID, X_REQUEST_ID
+from tracejoin.collector import framing
+from tracejoin.collector.sources import dynamo_jsonl
 from tracejoin.collector.sources.dynamo_jsonl import LineParser
 from tracejoin.collector.sources.parsing import Unparseable, field, iso_to_ns
 
@@ -44,8 +46,9 @@ def parse(obj: dict, parser: LineParser | None = None):
 
 
 def reason(obj: dict) -> str | None:
+    """Why Dynamo's reader cannot read the line (the reason its record keeps as `unread`)."""
     try:
-        parse(obj)
+        dynamo_jsonl.Reader("worker.stderr.jsonl").read(framing.frame(orjson.dumps(obj).decode()))
     except Unparseable as e:
         return str(e)
     return None
@@ -112,3 +115,10 @@ def test_empty_texts_are_no_values():
     assert record.name == GOOD["target"]
     assert record.ids == [(TRACE_ID, GOOD["trace_id"], None)]
     assert "span_name" not in record.attrs
+
+
+def test_a_json_line_without_dynamos_keys_is_kept_with_its_time_and_level():
+    """Never worse than grep: a line Dynamo's reader does not claim is read as JSON text."""
+    [record] = parse(with_values(target=MISSING))
+    assert (record.level, record.time_ns) == (GOOD["level"], iso_to_ns(GOOD["time"]))
+    assert record.attrs["request_id"] == GOOD["request_id"]

@@ -14,7 +14,7 @@ import duckdb
 import pytest
 
 from tracejoin.cli.demo import trtllm_formats as trtllm
-from tracejoin.collector.sources import detect, trtllm_hook
+from tracejoin.collector.sources import detect, text_log, trtllm_hook
 from tracejoin.collector.sources.parsing import Unparseable
 
 from .test_trtllm_perf_metrics import DISAGG_A, file_name, timing, worker_line, write
@@ -71,7 +71,8 @@ def test_malformed_records_say_why(line, reason):
 
 def test_sniffing_takes_raw_output_lines_only():
     assert detect("raw-1.jsonl", [raw_output(1), raw_output(2, DISAGG_A)]) is trtllm_hook
-    assert detect("raw-1.jsonl", [raw_output(1), b'{"event":"something else"}']) is None
+    # any other text is read a line at a time
+    assert detect("raw-1.jsonl", [raw_output(1), b'{"event":"something else"}']) is text_log
 
 
 def test_hook_records_join_perf_records_by_engine_id_on_the_same_process_and_by_disagg_id(tj, tmp_path, db):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 
 from tracejoin.cli.demo.dynamo_formats import DynamoSample
-from tracejoin.collector.sources import detect, dynamo_jsonl, trtllm_log
+from tracejoin.collector.sources import detect, dynamo_jsonl, text_log, trtllm_log
 from tracejoin.collector.sources.parsing import Unparseable
 
 from .test_trtllm_perf_legacy import CTX_REQUEST_ID, legacy_disagg_record
@@ -118,10 +118,14 @@ def test_local_times_are_utc_unless_the_zone_is_given(monkeypatch, zone, expecte
 
 
 def test_an_unreadable_zone_or_line_says_why(monkeypatch):
+    """A line the format cannot read says why (ingest then stores it as text, `unread`); a line
+    that is not text cannot be stored at all; one that is not UTF-8 is read with U+FFFD."""
     monkeypatch.setenv(trtllm_log.TZ_VARIABLE, "Mars/Olympus")
     parser = trtllm_log.LineParser("/l/x.log")
     with pytest.raises(Unparseable, match="TRACEJOIN_TRTLLM_TZ='Mars/Olympus' is neither"):
         parser.parse(WORKER_LOG[1].encode())
+    [unread] = parser.unread(WORKER_LOG[1].encode(), "the zone")
+    assert unread.time_ns is None and unread.attrs["unread"] == "the zone" and unread.name == WORKER_LOG[1]
     assert parser.parse(b"no time here")[0].name == "no time here"
     monkeypatch.delenv(trtllm_log.TZ_VARIABLE)
     parser = trtllm_log.LineParser("/l/x.log")
@@ -129,8 +133,8 @@ def test_an_unreadable_zone_or_line_says_why(monkeypatch):
         parser.parse(b"[13/45/2025-23:07:49] [TRT-LLM] [I] x")
     with pytest.raises(Unparseable, match="binary"):
         parser.parse(b"[07/09/2025-23:07:49] \x00\x01")
-    with pytest.raises(Unparseable, match="UTF-8"):
-        parser.parse(b"[07/09/2025-23:07:49] \xff\xfe")
+    [record] = parser.parse(b"[07/09/2025-23:07:49] \xff\xfe")
+    assert record.name == "\ufffd\ufffd" and "UTF-8" in record.attrs["unread"]
 
 
 @pytest.mark.parametrize("path, worker", [
@@ -151,7 +155,7 @@ def test_sniffing_leaves_dynamo_captures_to_dynamo(tmp_path):
     head = files["decode"].read_bytes().splitlines()[:3]
     mixed = head + [line.encode() for line in WORKER_LOG[:3]]
     assert detect("decode.stderr.jsonl", mixed) is dynamo_jsonl
-    assert detect("notes.txt", [b"just some notes", b"[not a time] nothing"]) is None
+    assert detect("notes.txt", [b"just some notes", b"[not a time] nothing"]) is text_log  # any other text
 
 
 def test_log_lines_join_the_records_of_their_process_and_of_the_ctx_server(tj, tmp_path):

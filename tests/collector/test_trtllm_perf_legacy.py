@@ -14,7 +14,7 @@ import json
 
 import pytest
 
-from tracejoin.collector.sources import detect, perf_metrics_legacy
+from tracejoin.collector.sources import detect, perf_metrics_legacy, text_log
 from tracejoin.collector.sources.parsing import Unparseable
 
 from .test_trtllm_perf_metrics import attrs, compact, timing, worker_item, write
@@ -116,8 +116,9 @@ def test_sniffing_takes_arrays_of_perf_items_only(tmp_path):
     assert detect("x.json", [line for line in pretty if line.strip()][:20]) is perf_metrics_legacy
     assert detect("polls.jsonl", [compact([legacy_disagg_record(1, 2, 3, 4.0)])]) is perf_metrics_legacy
     assert detect("perf_metrics_polls.jsonl", [b"[]", b"[]"]) is perf_metrics_legacy
-    assert detect("other.jsonl", [b"[]"]) is None
-    assert detect("numbers.json", [b"[1, 2, 3]"]) is None
+    # any other text is read a line at a time
+    assert detect("other.jsonl", [b"[]"]) is text_log
+    assert detect("numbers.json", [b"[1, 2, 3]"]) is text_log
     assert detect("trtllm.log", [b"[07/09/2025-23:07:49] [TRT-LLM] [I] perf_metrics: {\"perf_metrics\": 1}"]) \
         is not perf_metrics_legacy
 
