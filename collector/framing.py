@@ -38,27 +38,28 @@ from . import times
 # then `m`, so `[m]` or a `[file.py:12]` location is never taken.
 PASTED_COLOUR = re.compile(r"\[\d{1,3}(?:;\d{1,3}){0,4}m", re.ASCII)
 _COLOURS = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|" + PASTED_COLOUR.pattern, re.ASCII)
+BOX_FIRST = "\u2500"
 _BOX = "\u2500-\u257f"  # box drawing: the borders of k9s, rich's tracebacks, tmux panes
 _BORDERS = re.compile(rf"^[{_BOX}]+ ?|\s*[{_BOX}]+$")
 
 _RFC3339 = r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d{1,9})?(?:Z|[+-]\d\d:\d\d)"
 _LEVELS = r"(?:TRACE|DEBUG|INFO|WARN|WARNING|ERROR|FATAL|CRITICAL)"
-_CRI = re.compile(rf"^({_RFC3339}) (stdout|stderr) ([FP]) ?")
+_CRI = re.compile(rf"^({_RFC3339}) (stdout|stderr) ([FP]) ?", re.ASCII)
 # `kubectl logs --timestamps`: RFC 3339 with a fraction, then the line. A line that itself starts so
 # and goes on with its level and its own words (Dynamo's text format) is the engine's, not wrapped:
 # unless what follows the level is a second time (an old vLLM line: `INFO 03-02 08:14:51 …`).
-_TIMESTAMPED = re.compile(rf"^({_RFC3339}) (?!\s*{_LEVELS}\s+(?!\d\d-\d\d\b)\S)(?=\S)")
+_TIMESTAMPED = re.compile(rf"^({_RFC3339}) (?!\s*{_LEVELS}\s+(?!\d\d-\d\d\b)\S)(?=\S)", re.ASCII)
 _KUBECTL_PREFIX = re.compile(r"^\[pod/([^/\]\s]+)/([^\]\s]+)\] ")
-_COMPOSE = re.compile(r"^([A-Za-z0-9][\w.-]*?[-_]\d+)\s+\| ?")
-_SRUN_LABEL = re.compile(r"^\s{0,4}(\d{1,5}): ")
-_MPIRUN_TAG = re.compile(r"^\[(\d+),(\d+)\]<(stdout|stderr)>: ?")
+_COMPOSE = re.compile(r"^([A-Za-z0-9][\w.-]*?[-_]\d+)\s+\| ?", re.ASCII)
+_SRUN_LABEL = re.compile(r"^\s{0,4}(\d{1,5}): ", re.ASCII)
+_MPIRUN_TAG = re.compile(r"^\[(\d+),(\d+)\]<(stdout|stderr)>: ?", re.ASCII)
 _MONTHS = "Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec"
 _JOURNALD = re.compile(
     rf"^((?:{_MONTHS}) [ \d]\d \d\d:\d\d:\d\d(?:\.\d+)?|\d{{4}}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?[+-]\d\d:?\d\d) "
-    r"([\w.-]+) ([\w.@/-]+?)(?:\[(\d+)\])?: ")
+    r"([\w.-]+) ([\w.@/-]+?)(?:\[(\d+)\])?: ", re.ASCII)
 # stern and kubetail: a pod's name (a Deployment's `<name>-<hash>-<5>`, a StatefulSet's `<name>-<n>`,
 # a DaemonSet's or Job's `<name>-<5>`) and a container's, then the line.
-_NAMED_POD = re.compile(r"^([a-z0-9][a-z0-9.-]*-(?:[a-z0-9]{5}|\d{1,4})) ([a-z0-9][a-z0-9-]{0,62}) (?=\S)")
+_NAMED_POD = re.compile(r"^([a-z0-9][a-z0-9.-]*-(?:[a-z0-9]{5}|\d{1,4})) ([a-z0-9][a-z0-9-]{0,62}) (?=\S)", re.ASCII)
 
 
 @dataclass(slots=True)
@@ -186,7 +187,7 @@ _MAX_WRAPPERS = 6
 # How a line that any operator takes something off may start: most lines start otherwise, and are
 # left after this one look.
 _MAY_BE_WRAPPED = re.compile(rf"^(?:\{{\"log\":|\d{{4}}-\d\d-\d\dT|\[pod/|[A-Za-z0-9][\w.-]*?[-_]\d+\s+\||\s{{0,4}}\d{{1,5}}: "
-                             rf"|\[\d+,\d+\]<|(?:{_MONTHS}) )")
+                             rf"|\[\d+,\d+\]<|(?:{_MONTHS}) )", re.ASCII)
 
 
 def clean(text: str) -> str:
@@ -195,7 +196,7 @@ def clean(text: str) -> str:
     if "[" in text and not text.startswith("{"):
         text = _COLOURS.sub("", text)
     text = text.rstrip()
-    if text and (text[0] >= "\u2500" or text[-1] >= "\u2500"):
+    if text and (text[0] >= BOX_FIRST or text[-1] >= BOX_FIRST):
         text = _BORDERS.sub("", text)
     return text
 

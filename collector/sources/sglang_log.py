@@ -92,7 +92,7 @@ CONTENT_FIELDS = frozenset({"text", "input_ids", "input_embeds", "messages", "pr
 _ROUTER = re.compile(r"^(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d{1,9}))?\s+(TRACE|DEBUG|INFO|WARN|ERROR)\s+"
                      r"(?=.*?\b(?:sglang_router\w*|sgl_model_gateway\w*|smg\w*)::)", re.ASCII)
 # Words of SGLang's own that a line pasted without its stamp may still be known by.
-_WORDS = re.compile(r"GenerateReqInput\(|\brid='|\bbootstrap_room=|ReqTimeStats\(|KVTransferError|\"meta_info\"")
+WORDS = re.compile(r"GenerateReqInput\(|\brid='|\bbootstrap_room=|ReqTimeStats\(|KVTransferError|\"meta_info\"", re.ASCII)
 
 
 def sniff(path: str, head: list[bytes]) -> bool:
@@ -131,9 +131,6 @@ class Reader:
 
     def claims(self, text: str) -> bool:
         return _STAMP.match(text) is not None or _ROUTER.match(text) is not None
-
-    def claims_words(self, text: str) -> bool:
-        return _WORDS.search(text) is not None
 
     def read(self, framed: framing.Framed) -> Record:
         text = framed.text

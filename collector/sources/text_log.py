@@ -25,8 +25,9 @@ A line a format claims but cannot read (a JSON line cut short, a field of anothe
 as a plain text line by collector/lines.py, with the reason: only a line that is not text (NUL
 bytes) or is over the length limit is quarantined.
 
-A format module here provides, beside NAME and sniff, a `Reader(path, worker=, keep_content=,
-tz=)` with `claims(text)` (the line starts with its header), optionally `claims_words(text)`,
+A format module here provides, beside NAME and sniff, optionally WORDS (a pattern of the words
+only its lines say, ASCII, which may claim a line without its header), and a `Reader(path,
+worker=, keep_content=, tz=)` with `claims(text)` (the line starts with its header),
 `read(framed) -> Record` of a line it claims, `worker` and `role` (what it learned of its file),
 and optionally `clock`, `state()`/`restore()`, `aliases`; its `LineParser` is this module's, with
 its Reader first. The formats read in bulk (trtllm_log, dynamo_jsonl) give their Reader the bulk
@@ -41,6 +42,7 @@ import re
 
 import orjson
 
+from . import bulk_sql
 from .. import framing, local_time, tokens, times
 from ..records import Record
 from .parsing import Unparseable, worker_from_path
@@ -76,8 +78,9 @@ class TextLines:
                  first: str | None = None):
         names = ([first] if first else []) + [n for n in FORMATS if n != first]
         options = {"worker": worker, "keep_content": keep_content, "tz": tz}
-        self._readers = {name: importlib.import_module(f"{__package__}.{name}").Reader(path, **options)
-                         for name in names}
+        modules = {name: importlib.import_module(f"{__package__}.{name}") for name in names}
+        self._readers = {name: module.Reader(path, **options) for name, module in modules.items()}
+        self._words = {name: getattr(module, "WORDS", None) for name, module in modules.items()}
         self._first = self._readers[first] if first else None
         self._first_name = first or NAME
         self._plain = PlainText(path, worker=worker, tz=tz)
@@ -170,9 +173,11 @@ class TextLines:
             record = self._readers[name].read(framed)
             if name != self._first_name:
                 record.source = name
-            if by_words and last is not None and record.level is None:  # no header: it goes on the line before
-                record.attrs = {**(record.attrs or {}), "continues": True}
-                record.worker = record.worker or last.worker
+            if by_words and last is not None:  # no header: at the time of the line before, and goes on it
+                record.time_ns = last.time_ns
+                if record.level is None:
+                    record.attrs = {**(record.attrs or {}), "continues": True}
+                    record.worker = record.worker or last.worker
             if record.time_ns is None and last is not None:
                 record.time_ns = last.time_ns
             coarse = name in _LOCAL_SECONDS
@@ -226,20 +231,21 @@ class TextLines:
         its words rather than its header; (None, line, False): no format's."""
         text = framed.text
         order = ([self._last_name] if self._last_name else []) + [n for n in self._readers if n != self._last_name]
-        for name in order:
-            if self._readers[name].claims(text):
-                self._last_name = name
-                self._used[name] = None
-                return name, framed, False
-        named = framing.strip_named_pod(framed)
-        if named is not None:
+        if MAY_BE_TIMED.search(text):  # else no format's header starts it (a traceback's frame)
             for name in order:
-                if self._readers[name].claims(named.text):
+                if self._readers[name].claims(text):
+                    self._last_name = name
                     self._used[name] = None
-                    return name, named, False
+                    return name, framed, False
+            named = framing.strip_named_pod(framed)
+            if named is not None:
+                for name in order:
+                    if self._readers[name].claims(named.text):
+                        self._used[name] = None
+                        return name, named, False
         for name in order:
-            reader = self._readers[name]
-            if hasattr(reader, "claims_words") and reader.claims_words(text):
+            words = self._words[name]
+            if words is not None and words.search(text):
                 self._used[name] = None
                 return name, framed, True
         return None, framed, False
@@ -264,15 +270,22 @@ def _wrapped(record: Record, framed: framing.Framed, coarse: bool) -> None:
 
 # The formats whose lines are stamped in local time to the second.
 _LOCAL_SECONDS = frozenset({"vllm_log", "trtllm_log", "sglang_log"})
-_TRACEBACK = "Traceback (most recent call last)"
+TRACEBACK = "Traceback (most recent call last)"
 
 
 def _traceback_goes_on(text: str, headed: bool, before: bool) -> bool:
     """Whether the lines after this one may still be a traceback's: it starts one (a header's
     message may), or it goes on one (a line without a header of its own: a frame, the exception)."""
     if headed:
-        return _TRACEBACK in text
-    return before or text.startswith(_TRACEBACK) or text.lstrip().startswith('File "')
+        return TRACEBACK in text
+    return before or text.startswith(TRACEBACK) or text.lstrip().startswith('File "')
+
+
+def words_sql(text: str) -> str:
+    """SQL: whether some format knows the text (an SQL expression) by its WORDS, as _claimed does,
+    for the lines a format's bulk SQL reads as plain text."""
+    patterns = [getattr(importlib.import_module(f"{__package__}.{name}"), "WORDS", None) for name in FORMATS]
+    return "(" + " OR ".join(f"regexp_matches({text}, '{bulk_sql.re2(p)}')" for p in patterns if p is not None) + ")"
 
 
 # -- plain text -------------------------------------------------------------------------------------
@@ -301,6 +314,18 @@ _STAMPS = [
 # starting a line that has no time (uvicorn's `INFO:     …`, Python's `ERROR:root:…`).
 _LEVEL_AFTER_TIME = re.compile(rf"^(?:\S+ ){{0,2}}?[\[<(]?(?P<level>{_LEVEL_WORDS}|[IWEF])[\]>)]?(?=[\s:|]|$)")
 _LEVEL_FIRST = re.compile(rf"^(?P<level>{_LEVEL_WORDS})(?::\s*|\s+)")
+# How a line that may have a time of its own starts, read by any way TextLines reads a line: a
+# wrapper (framing.py's), a format's header, a stamp PlainText reads, JSON, vLLM's process tags
+# after any prefix. A line that does not match takes the time of the line before (a traceback's
+# frames, a message's second line): a format's bulk SQL carries the time over such a line it
+# leaves to the parser. A superset, in RE2's dialect too: being wrong one way costs only speed.
+MAY_BE_TIMED = re.compile(
+    rf"^(?:\s{{0,4}}[0-9]|[\[{{(]|[IWEF][0-9]{{4}} |(?:{_LEVEL_WORDS}) +[0-9]|(?:{'|'.join(_MONTHS)}) )"
+    r"|^[A-Za-z0-9][\w.-]*?[-_][0-9]+\s+\||^[a-z0-9][a-z0-9.-]*-(?:[a-z0-9]{5}|[0-9]{1,4}) [a-z0-9][a-z0-9-]{0,62} "
+    r"|pid=[0-9]+\) ", re.ASCII)
+# The lines of _LEVEL_FIRST a format's bulk SQL may read as PlainText does (a stdlib logger's or
+# uvicorn's `INFO:     …`): those of the levels that are their own names, before a colon.
+PLAIN_LEVEL = re.compile(r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL):\s*", re.ASCII)
 _LOGFMT_LEVEL = re.compile(r"\blevel=\"?(?P<level>[A-Za-z]+)", re.ASCII)
 # An exception's own line: `ValueError: …`, `torch.OutOfMemoryError`, `asyncio.exceptions.TimeoutError`.
 EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Fault)\b(?::|$)")

@@ -70,7 +70,7 @@ _CONTEXT_ROLE = ("CONTEXT", "0")
 _NO_DISAGG_PARAMS = re.compile(r"disaggregated_params is not set in the response for request (\d+)", re.ASCII)
 # What only this format's lines say, where a line has neither its time nor its tag: the
 # disaggregated server's errors, the request-naming messages above as a traceback's last line.
-_WORDS = re.compile(rf"\b(?:disagg_request_id=\d|ctx_request_id\b)|{_ENGINE_ID_LINES.pattern}|{_NO_DISAGG_PARAMS.pattern}",
+WORDS = re.compile(rf"\b(?:disagg_request_id=\d|ctx_request_id\b)|{_ENGINE_ID_LINES.pattern}|{_NO_DISAGG_PARAMS.pattern}",
                     re.ASCII)
 # Texts a line holds when it may show the file is the disaggregated server's (ESC: a terminal
 # color may cut the words apart).
@@ -132,9 +132,6 @@ class Reader:
 
     def claims(self, text: str) -> bool:
         return _CLAIMS.match(text) is not None
-
-    def claims_words(self, text: str) -> bool:
-        return _WORDS.search(text) is not None
 
     def read(self, framed) -> Record:
         text = framed.text
@@ -204,7 +201,8 @@ class Reader:
 # Reader.read's rules over a batch of lines in DuckDB, for the lines the Reader claims and line
 # framing leaves as they are (no colour, no trailing space; a claimed line starts with `[`, which
 # no wrapper does but kubectl's and mpirun's, whose `[pod/`, `[1,0]<` no claimed line starts
-# with). `ok` leaves to the parser: every other line (a traceback's, uvicorn's, a wrapped one),
+# with), and text_log.PlainText's for uvicorn's `INFO:` lines (text_log.PLAIN_LEVEL) that no
+# format knows by its words. `ok` leaves to the parser: every other line (a traceback's, a wrapped one),
 # NUL bytes, a time it may refuse (not a date, or outside 1678-2261: 64-bit nanoseconds), a rank
 # too long for 64 bits, a server name that is not plain ASCII (JSON may write it otherwise), and a
 # line without a time whose time the SQL does not know (the last line before it in its piece
@@ -218,13 +216,29 @@ _SEVERITY_SQL = " ".join(f"WHEN '{letter}' THEN '{level}'" for letter, level in 
 # A line the parser reads, whose time the SQL does not know.
 _PARSERS = "-9223372036854775808"
 _SELECT = f"""
-WITH stripped AS (
-    SELECT f, idx, start, offset_s, raw AS t,
-        regexp_matches(raw, '{bulk_sql.re2(_CLAIMS)}') AND right(raw, 1) BETWEEN '!' AND '~'
-            AND NOT contains(raw, chr(27)) AND NOT regexp_matches(raw, '{bulk_sql.re2(framing.PASTED_COLOUR)}') AS claimed
-    FROM (SELECT f, idx, start, {{offset_s}} AS offset_s, rtrim(line, chr(13) || chr(10)) AS raw FROM {{lines}})
+WITH framed AS (
+    -- lines framing leaves as they are; a line that starts a traceback is the parser's (what it
+    -- knows of the lines after it is its own), its time the SQL's
+    SELECT f, idx, start, offset_s, t, uncoloured AND right(t, 1) BETWEEN '!' AND '~' AS as_is,
+        contains(t, '{text_log.TRACEBACK}') AS traceback,
+        -- a line that takes the time of the line before, however it is read (0x01: a line bulk.py
+        -- did not give the SQL, which the parser reads)
+        uncoloured AND left(t, 1) < '{framing.BOX_FIRST}' AND NOT starts_with(t, chr(1))
+            AND NOT regexp_matches(t, '{bulk_sql.re2(text_log.MAY_BE_TIMED)}') AS timeless
+    FROM (SELECT *, NOT contains(t, chr(27)) AND NOT regexp_matches(t, '{bulk_sql.re2(framing.PASTED_COLOUR)}') AS uncoloured
+          FROM (SELECT f, idx, start, {{offset_s}} AS offset_s, rtrim(line, chr(13) || chr(10)) AS t FROM {{lines}}))
+), stripped AS (
+    SELECT *, as_is AND regexp_matches(t, '{bulk_sql.re2(_CLAIMS)}') AS claimed,
+        -- a line text_log.PlainText reads by its level alone (uvicorn's), which no format knows by its words
+        regexp_extract(_when(as_is AND NOT traceback AND contains(left(t, 9), ':'), t), '({bulk_sql.re2(text_log.PLAIN_LEVEL)})',
+                       ['tag', 'level']) AS plain
+    FROM framed
+), worded AS (
+    SELECT * REPLACE (CASE WHEN plain.tag <> '' AND {text_log.words_sql("t")} THEN {{'tag': '', 'level': ''}}
+                           ELSE plain END AS plain)
+    FROM stripped
 ), stamped AS (
-    SELECT *, regexp_extract(t, '{bulk_sql.re2(_STAMP)}', 0) AS stamp FROM stripped
+    SELECT *, regexp_extract(t, '{bulk_sql.re2(_STAMP)}', 0) AS stamp FROM worded
 ), timed AS (
     SELECT *, substr(t, length(stamp) + 1) AS after_stamp,
         CASE WHEN stamp <> '' AND substr(stamp, 8, 4) BETWEEN '1678' AND '2261'
@@ -238,23 +252,24 @@ WITH stripped AS (
                        '({bulk_sql.re2(_CPP_TAG)})', ['tag', 'level', 'rank']) AS cpp
     FROM timed
 ), read AS (
-    SELECT f, idx, start, t, claimed, stamp, own_time,
+    SELECT f, idx, start, t, claimed, timeless, traceback, plain.tag <> '' AS plain, stamp, own_time,
         CASE WHEN py.tag <> '' THEN CASE py.letter {_SEVERITY_SQL} END
-             WHEN cpp.tag <> '' THEN nullif(cpp.level, '') END AS level,
+             WHEN cpp.tag <> '' THEN nullif(cpp.level, '')
+             WHEN plain.tag <> '' THEN plain.level END AS level,
         CASE WHEN py.tag <> '' THEN coalesce(nullif(py.rank, ''), nullif(py.rank_after, ''))
              WHEN cpp.tag <> '' THEN nullif(cpp.rank, '') END AS rank,
         CASE WHEN py.tag <> '' THEN 'TRT-LLM' WHEN cpp.tag <> '' THEN 'TensorRT-LLM' END AS logger,
         CASE WHEN py.tag <> '' THEN nullif(py.module, '') END AS module,
-        substr(after_stamp, length(CASE WHEN py.tag <> '' THEN py.tag WHEN cpp.tag <> '' THEN cpp.tag ELSE '' END) + 1)
-            AS message
+        substr(after_stamp, length(CASE WHEN py.tag <> '' THEN py.tag WHEN cpp.tag <> '' THEN cpp.tag
+                                        WHEN plain.tag <> '' THEN plain.tag ELSE '' END) + 1) AS message
     FROM tagged
 ), ided AS (
     SELECT *,
-        regexp_extract(_when(contains(message, 'abort ') OR contains(message, 'Post-processor hook failed'), message),
+        regexp_extract(_when(claimed AND (contains(message, 'abort ') OR contains(message, 'Post-processor hook failed')), message),
                        '({bulk_sql.re2(_ENGINE_ID_LINES)})', ['all', 'a', 'b', 'c']) AS engine,
-        regexp_extract(_when(contains(message, 'Sending '), message),
+        regexp_extract(_when(claimed AND contains(message, 'Sending '), message),
                        '({bulk_sql.re2(_SENDING)})', ['all', 'role', 'id', 'server']) AS sending,
-        CASE WHEN contains(message, 'disagg') THEN coalesce(
+        CASE WHEN claimed AND contains(message, 'disagg') THEN coalesce(
             nullif(regexp_extract(message, '{bulk_sql.re2(_NO_DISAGG_PARAMS)}', 1), ''),
             nullif(regexp_extract(message, '{bulk_sql.re2(_DISAGG_IN_TEXT)}', 1), '')) END AS disagg_id
     FROM read
@@ -264,11 +279,18 @@ WITH stripped AS (
         contains(t, chr(0)) OR trim(t, ' ' || chr(9) || chr(10) || chr(11) || chr(12) || chr(13)) = '' AS unstored
     FROM ided
 ), own AS (
-    SELECT *, claimed AND NOT unstored AND (stamp = '' OR own_time IS NOT NULL) AND coalesce(length(rank) <= 18, true)
-        AND (sending.all = '' OR regexp_matches(sending.server, '^[!-~]+$')) AS own_ok
-    FROM checked
+    SELECT *, readable AND NOT traceback AS own_ok FROM (
+        SELECT *, (claimed OR plain) AND NOT unstored AND (stamp = '' OR own_time IS NOT NULL)
+            AND coalesce(length(rank) <= 18, true) AND (sending.all = '' OR regexp_matches(sending.server, '^[!-~]+$'))
+            AS readable
+        FROM checked)
 ), carrying AS (
-    SELECT *, last_value(CASE WHEN unstored THEN NULL WHEN NOT own_ok THEN {_PARSERS} WHEN stamp <> '' THEN own_time END
+    -- the time the lines before leave: a line the parser reads that may have a time of its own
+    -- leaves one the SQL does not know, unless it is one the SQL read
+    SELECT *, last_value(CASE WHEN unstored THEN NULL
+                              WHEN NOT own_ok THEN CASE WHEN readable AND stamp <> '' THEN own_time
+                                                        WHEN NOT timeless THEN {_PARSERS} END
+                              WHEN stamp <> '' THEN own_time END
                          IGNORE NULLS)
         OVER (PARTITION BY f ORDER BY idx ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS before
     FROM own

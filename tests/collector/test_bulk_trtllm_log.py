@@ -74,6 +74,11 @@ LINES = [
     "[07/09/2025-23:07:58] [TRT-LLM] [I] caf\u00e9 \u20ac e\u0301".encode(),
     b"[07/09/2025-23:07:58] [TRT-LLM] [I] carriage return\r\r",
     b"[07/09/2025-23:07:58] [TRT-LLM] [I] long " + "\u00e9".encode() * 2100,
+    b"[07/09/2025-23:07:59] [TRT-LLM] [E] Traceback (most recent call last):",
+    b"RuntimeError: boom",
+    b"INFO:     Sending ServerRole.CONTEXT request 87 to http://10.0.0.5:8001/v1/x",
+    b"INFO: a stdlib line naming bootstrap_room=7418329021459911432",
+    b"WARN: not one of the levels read in bulk",
 ]
 
 
