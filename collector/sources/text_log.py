@@ -14,7 +14,8 @@ prompt glued to a JSON reply. So the format is chosen a line at a time:
    without a zone, `MM-DD hh:mm:ss`, `MM/DD/YYYY-hh:mm:ss`, glog's `E0904 07:42:34.325699`, syslog's
    `Sep 04 07:42:34`, a year cut short in a paste), or, with neither, the next line of the record
    before it (a traceback's frames, a message's second line: `continues`, at that record's time,
-   on its worker). A bare exception line (`ValueError: …`) that continues no traceback is an error;
+   on its worker). A bare exception line (`ValueError: …`) right after a line with a header of its
+   own (not a traceback's frames) is an error;
    a JSON object no format claims is read for its time, level and message;
 4. then for every line: the wrapper's time where it is more precise than the line's own (a kubelet's
    UTC nanoseconds over a local time to the second: the line keeps which it was read from), the
@@ -87,7 +88,7 @@ class TextLines:
         self._used: dict[str, None] = dict.fromkeys([first] if first else [])  # formats read, first first
         self._last: Record | None = None  # the record of the line before, which an untimed line continues
         self._last_name: str | None = None  # the format that claimed the last line one claimed
-        self._traceback = False  # the lines since the last header are a traceback's
+        self._headed = False  # the line before had a header of its own (it continued none)
 
     # -- what ingest reads of a file's parser ------------------------------------------------------
     @property
@@ -124,7 +125,7 @@ class TextLines:
         """What reading on from the file's position needs (collector/ingest.py)."""
         last = self._last
         return {"readers": {n: r.state() for n, r in self._readers.items() if hasattr(r, "state")},
-                "used": list(self._used), "plain": self._plain.state(), "traceback": self._traceback,
+                "used": list(self._used), "plain": self._plain.state(), "headed": self._headed,
                 "last": None if last is None else {"time_ns": last.time_ns, "worker": last.worker, "source": last.source}}
 
     def restore(self, state: dict) -> None:
@@ -137,7 +138,7 @@ class TextLines:
                 reader.restore(state["readers"][name])
         self._used.update(dict.fromkeys(n for n in state.get("used", ()) if n in self._readers))
         self._plain.restore(state.get("plain") or {})
-        self._traceback = bool(state.get("traceback"))
+        self._headed = bool(state.get("headed"))
         if last := state.get("last"):
             self._last = Record(kind="log", time_ns=last.get("time_ns"), worker=last.get("worker"),
                                 source=last.get("source"))
@@ -154,7 +155,7 @@ class TextLines:
         """A line of the file's format read in bulk came before: its time, for an untimed line."""
         self._first.carry(time_ns)
         self._last = Record(kind="log", time_ns=time_ns)
-        self._traceback = False
+        self._headed = True
 
     def bulk_settings(self) -> dict[str, str] | None:
         return self._first.bulk_settings() if hasattr(self._first, "bulk_settings") else {}
@@ -168,7 +169,7 @@ class TextLines:
         lines.py then stores it by `unread`, or holds it back while it may be unfinished)."""
         framed, unread = self._framed(line)
         name, framed, by_words = self._claimed(framed)
-        last, traceback = self._last, self._traceback
+        last = self._last
         if name is not None:
             record = self._readers[name].read(framed)
             if name != self._first_name:
@@ -182,7 +183,7 @@ class TextLines:
                 record.time_ns = last.time_ns
             coarse = name in _LOCAL_SECONDS
         else:
-            record = self._plain.read(framed, last, traceback)
+            record = self._plain.read(framed, last)
             coarse = not self._plain.zoned
         if unread:
             record.attrs = {**(record.attrs or {}), "unread": unread}
@@ -195,7 +196,6 @@ class TextLines:
         last = self._last
         record = Record(kind="log", name=framed.text[:2000], attrs={"unread": reason},
                         time_ns=last.time_ns if last is not None else None)
-        self._traceback = False
         return self._finish(record, framed, False, True)
 
     def _framed(self, line: bytes) -> tuple[framing.Framed, str | None]:
@@ -211,14 +211,15 @@ class TextLines:
     def _finish(self, record: Record, framed: framing.Framed, by_words: bool, coarse: bool) -> list[Record]:
         """What every line gets: an exception said alone is an error, the wrappers' fields, the
         line's id-shaped words as labels."""
-        traceback = self._traceback
         continues = bool(record.attrs and record.attrs.get("continues"))
-        if record.level is None and not traceback and EXCEPTION_LINE.match(framed.text):
-            record.level = "ERROR"  # an exception said on its own, not a traceback's last line
+        if record.level is None and self._headed and EXCEPTION_LINE.match(framed.text):
+            # an exception said right after a line with a header of its own (a traceback's last
+            # line comes after its frames): an error of its own
+            record.level = "ERROR"
             if continues:
                 del record.attrs["continues"]
-                continues = False
-        self._traceback = _traceback_goes_on(framed.text, record.level is not None and not continues, traceback)
+                record.attrs = record.attrs or None
+        self._headed = not continues
         if framed.fields:
             _wrapped(record, framed, coarse)
         tokens.add_labels(record, record.line_text if record.line_text is not None else framed.text)
@@ -270,15 +271,6 @@ def _wrapped(record: Record, framed: framing.Framed, coarse: bool) -> None:
 
 # The formats whose lines are stamped in local time to the second.
 _LOCAL_SECONDS = frozenset({"vllm_log", "trtllm_log", "sglang_log"})
-TRACEBACK = "Traceback (most recent call last)"
-
-
-def _traceback_goes_on(text: str, headed: bool, before: bool) -> bool:
-    """Whether the lines after this one may still be a traceback's: it starts one (a header's
-    message may), or it goes on one (a line without a header of its own: a frame, the exception)."""
-    if headed:
-        return TRACEBACK in text
-    return before or text.startswith(TRACEBACK) or text.lstrip().startswith('File "')
 
 
 def words_sql(text: str) -> str:
@@ -323,12 +315,15 @@ MAY_BE_TIMED = re.compile(
     rf"^(?:\s{{0,4}}[0-9]|[\[{{(]|[IWEF][0-9]{{4}} |(?:{_LEVEL_WORDS}) +[0-9]|(?:{'|'.join(_MONTHS)}) )"
     r"|^[A-Za-z0-9][\w.-]*?[-_][0-9]+\s+\||^[a-z0-9][a-z0-9.-]*-(?:[a-z0-9]{5}|[0-9]{1,4}) [a-z0-9][a-z0-9-]{0,62} "
     r"|pid=[0-9]+\) ", re.ASCII)
+# A line PlainText finds a level in, when it has no time (a superset of _LEVEL_FIRST and
+# _LOGFMT_LEVEL): the lines that do not match, nor MAY_BE_TIMED, continue the line before.
+MAY_HAVE_LEVEL = re.compile(rf"^(?:{_LEVEL_WORDS})(?::|\s)|\blevel=", re.ASCII)
 # The lines of _LEVEL_FIRST a format's bulk SQL may read as PlainText does (a stdlib logger's or
 # uvicorn's `INFO:     …`): those of the levels that are their own names, before a colon.
 PLAIN_LEVEL = re.compile(r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL):\s*", re.ASCII)
 _LOGFMT_LEVEL = re.compile(r"\blevel=\"?(?P<level>[A-Za-z]+)", re.ASCII)
 # An exception's own line: `ValueError: …`, `torch.OutOfMemoryError`, `asyncio.exceptions.TimeoutError`.
-EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Fault)\b(?::|$)")
+EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w]*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Fault)\b(?::|$)", re.ASCII)
 _TIME_KEYS = ("time", "timestamp", "ts", "@timestamp", "asctime", "date", "datetime")
 _LEVEL_KEYS = ("level", "levelname", "severity", "lvl", "log.level")
 _MESSAGE_KEYS = ("message", "msg", "event")
@@ -354,7 +349,7 @@ class PlainText:
     def restore(self, state: dict) -> None:
         self._times.restore(state.get("times") or {})
 
-    def read(self, framed: framing.Framed, last: Record | None, traceback: bool) -> Record:
+    def read(self, framed: framing.Framed, last: Record | None) -> Record:
         text = framed.text
         record = Record(kind="log", attrs={})
         self.zoned = True

@@ -217,10 +217,8 @@ _SEVERITY_SQL = " ".join(f"WHEN '{letter}' THEN '{level}'" for letter, level in 
 _PARSERS = "-9223372036854775808"
 _SELECT = f"""
 WITH framed AS (
-    -- lines framing leaves as they are; a line that starts a traceback is the parser's (what it
-    -- knows of the lines after it is its own), its time the SQL's
+    -- lines framing leaves as they are
     SELECT f, idx, start, offset_s, t, uncoloured AND right(t, 1) BETWEEN '!' AND '~' AS as_is,
-        contains(t, '{text_log.TRACEBACK}') AS traceback,
         -- a line that takes the time of the line before, however it is read (0x01: a line bulk.py
         -- did not give the SQL, which the parser reads)
         uncoloured AND left(t, 1) < '{framing.BOX_FIRST}' AND NOT starts_with(t, chr(1))
@@ -229,8 +227,11 @@ WITH framed AS (
           FROM (SELECT f, idx, start, {{offset_s}} AS offset_s, rtrim(line, chr(13) || chr(10)) AS t FROM {{lines}}))
 ), stripped AS (
     SELECT *, as_is AND regexp_matches(t, '{bulk_sql.re2(_CLAIMS)}') AS claimed,
+        -- a line that goes on the line before (a traceback's frame), as text_log.PlainText reads it
+        CASE WHEN timeless AND as_is AND NOT regexp_matches(t, '{bulk_sql.re2(text_log.MAY_HAVE_LEVEL)}')
+             THEN NOT {text_log.words_sql("t")} ELSE false END AS cont,
         -- a line text_log.PlainText reads by its level alone (uvicorn's), which no format knows by its words
-        regexp_extract(_when(as_is AND NOT traceback AND contains(left(t, 9), ':'), t), '({bulk_sql.re2(text_log.PLAIN_LEVEL)})',
+        regexp_extract(_when(as_is AND contains(left(t, 9), ':'), t), '({bulk_sql.re2(text_log.PLAIN_LEVEL)})',
                        ['tag', 'level']) AS plain
     FROM framed
 ), worded AS (
@@ -252,7 +253,7 @@ WITH framed AS (
                        '({bulk_sql.re2(_CPP_TAG)})', ['tag', 'level', 'rank']) AS cpp
     FROM timed
 ), read AS (
-    SELECT f, idx, start, t, claimed, timeless, traceback, plain.tag <> '' AS plain, stamp, own_time,
+    SELECT f, idx, start, t, claimed, cont, timeless, plain.tag <> '' AS plain, stamp, own_time,
         CASE WHEN py.tag <> '' THEN CASE py.letter {_SEVERITY_SQL} END
              WHEN cpp.tag <> '' THEN nullif(cpp.level, '')
              WHEN plain.tag <> '' THEN plain.level END AS level,
@@ -279,36 +280,61 @@ WITH framed AS (
         contains(t, chr(0)) OR trim(t, ' ' || chr(9) || chr(10) || chr(11) || chr(12) || chr(13)) = '' AS unstored
     FROM ided
 ), own AS (
-    SELECT *, readable AND NOT traceback AS own_ok FROM (
-        SELECT *, (claimed OR plain) AND NOT unstored AND (stamp = '' OR own_time IS NOT NULL)
-            AND coalesce(length(rank) <= 18, true) AND (sending.all = '' OR regexp_matches(sending.server, '^[!-~]+$'))
-            AS readable
-        FROM checked)
+    SELECT *, (claimed OR plain) AND NOT unstored AND (stamp = '' OR own_time IS NOT NULL)
+        AND coalesce(length(rank) <= 18, true) AND (sending.all = '' OR regexp_matches(sending.server, '^[!-~]+$'))
+        AS own_ok
+    FROM checked
 ), carrying AS (
     -- the time the lines before leave: a line the parser reads that may have a time of its own
-    -- leaves one the SQL does not know, unless it is one the SQL read
+    -- leaves one the SQL does not know
     SELECT *, last_value(CASE WHEN unstored THEN NULL
-                              WHEN NOT own_ok THEN CASE WHEN readable AND stamp <> '' THEN own_time
-                                                        WHEN NOT timeless THEN {_PARSERS} END
+                              WHEN NOT own_ok THEN CASE WHEN NOT timeless THEN {_PARSERS} END
                               WHEN stamp <> '' THEN own_time END
                          IGNORE NULLS)
         OVER (PARTITION BY f ORDER BY idx ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS before
     FROM own
+), stored AS (
+    SELECT *, own_ok AND (stamp <> '' OR coalesce(before <> {_PARSERS}, false)) AS row_ok,
+        max(idx) OVER (PARTITION BY f) AS last_idx,
+        -- a line before that shows the file is the router's: then no line is one of its state_markers()
+        coalesce(bool_or(sending.all <> '') OVER (PARTITION BY f ORDER BY idx
+                                                  ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), false) AS taught
+    FROM carrying
+), continued AS (
+    -- a run of lines that go on the line before is the SQL's when the SQL stores the line it goes
+    -- on and the line after it: the parser then reads no line right after one of them (the
+    -- last line of a piece, a line that may teach it something of its file, are the parser's)
+    SELECT *,
+        last_value(CASE WHEN unstored OR cont THEN NULL ELSE row_ok END IGNORE NULLS)
+            OVER (PARTITION BY f ORDER BY idx ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS opened,
+        first_value(CASE WHEN unstored OR cont THEN NULL
+                         ELSE row_ok AND idx < last_idx AND (taught OR NOT contains(t, 'Sending')) END IGNORE NULLS)
+            OVER (PARTITION BY f ORDER BY idx ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING) AS closed,
+        last_value(CASE WHEN unstored THEN NULL ELSE cont END IGNORE NULLS)
+            OVER (PARTITION BY f ORDER BY idx ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS after_cont
+    FROM stored
+), done AS (
+    SELECT * REPLACE (
+        CASE WHEN cont THEN CASE WHEN NOT after_cont AND regexp_matches(t, '{bulk_sql.re2(text_log.EXCEPTION_LINE)}')
+                                 THEN 'ERROR' END
+             ELSE level END AS level),
+        row_ok OR (cont AND coalesce(opened AND closed, false)) AS ok
+    FROM continued
 )
-SELECT f, idx, start,
-    own_ok AND (stamp <> '' OR coalesce(before <> {_PARSERS}, false)) AS ok,
+SELECT f, idx, start, ok,
     CASE WHEN stamp <> '' THEN own_time ELSE nullif(before, {_PARSERS}) END AS time_ns,
     NULL::DOUBLE AS steady_s, 'log' AS kind, NULL::VARCHAR AS worker, NULL::VARCHAR AS role, level,
     left(message, 2000) AS name, NULL::BIGINT AS duration_ns, NULL::VARCHAR AS status, false AS entry,
     NULL::VARCHAR AS trace_id, NULL::VARCHAR AS span_id, NULL::VARCHAR AS parent_span_id,
-    nullif(json_merge_patch('{{}}', json_object(
+    CASE WHEN cont THEN CASE WHEN level IS NULL THEN '{{"continues":true}}' END
+         ELSE nullif(json_merge_patch('{{}}', json_object(
         'rank', TRY_CAST(rank AS BIGINT), 'logger', logger, 'module', module,
         'ctx_server', CASE WHEN to_ctx THEN sending.server END,
-        'gen_server', CASE WHEN sending.all <> '' AND NOT to_ctx THEN sending.server END))::VARCHAR, '{{}}') AS attrs,
+        'gen_server', CASE WHEN sending.all <> '' AND NOT to_ctx THEN sending.server END))::VARCHAR, '{{}}') END AS attrs,
     coalesce(nullif(engine.a, ''), nullif(engine.b, ''), nullif(engine.c, '')) AS engine_id,
     CASE WHEN sending.all <> '' AND sending.id <> 'None' THEN sending.id END AS ctx_id,
     CASE WHEN to_ctx THEN sending.server END AS ctx_scope, disagg_id, t AS line_text
-FROM carrying
+FROM done
 """
 _IDS = f"""
 SELECT DISTINCT record_id, i.kind, i.value, i.scope FROM (
