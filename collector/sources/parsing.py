@@ -26,17 +26,6 @@ def load_json(text: bytes, expected: type = dict, what: str = "a JSON object"):
     return value
 
 
-def text_line(line: bytes) -> str:
-    """A line of a text log as text: UTF-8, and no binary data."""
-    try:
-        text = line.decode("utf-8")
-    except UnicodeDecodeError:
-        raise Unparseable("not UTF-8 text") from None
-    if "\x00" in text:
-        raise Unparseable("binary data (NUL bytes) in a text line")
-    return text
-
-
 def load_object(line: bytes) -> dict:
     return load_json(line)
 

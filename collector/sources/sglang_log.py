@@ -65,7 +65,7 @@ _STAMP = re.compile(r"^\[(\d{4})-(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d{3}))
 _RANK = re.compile(r"(DP|PP|ATTN_CP|MOE_DP|TP|EP)(\d+)")
 _ISO = re.compile(r"^(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d{1,6}))?$")
 _SGLANG_WORDS = ("ServerArgs(", '"event": "request.', "Receive: obj=", "Finish: obj=", "ReqTimeStats(", "sglang",
-                 "sglang_router", "sgl_model_gateway")
+                 "sgl_model_gateway")
 _REQUEST_LOG_FILE = re.compile(r"^(?P<name>.+_\d+)\.log(?:\.\d{4}-\d\d-\d\d_\d\d)?(?:\.gz)?$")
 
 _MODE = re.compile(r"\bdisaggregation_mode='(\w+)'")

@@ -55,8 +55,6 @@ _STAMP = re.compile(r"^\[(\d\d)/(\d\d)/(\d{4})-(\d\d):(\d\d):(\d\d)\] ?", re.ASC
 _PYTHON_TAG = re.compile(r"^\[TRT-LLM\] ?(?:\[(?:RANK|MPI_Rank) (\d+)\] ?)?"
                          r"(?:\[([FEWIV])\] ?(?:\[([A-Za-z_][\w.-]*)\] ?)?(?:\[(?:RANK|MPI_Rank) (\d+)\] ?)?)?", re.ASCII)
 _CPP_TAG = re.compile(r"^\[TensorRT-LLM\](?:\[([A-Z]+)\])? ?(?:\[(?:RANK|MPI_Rank) (\d+)\] ?)?", re.ASCII)
-# A stdlib logger's default format, which a line known by its words may be in.
-_STDLIB_LEVEL = re.compile(r"^(DEBUG|INFO|WARNING|ERROR|CRITICAL):", re.ASCII)
 _SEVERITY = {"F": "CRITICAL", "E": "ERROR", "W": "WARNING", "I": "INFO", "V": "DEBUG"}
 _SNIFF = re.compile(r"^\[(?:\d\d/\d\d/\d{4}-\d\d:\d\d:\d\d\] |TRT-LLM\] |TensorRT-LLM\])")
 
@@ -152,7 +150,7 @@ class Reader:
             if python and m.group(3):
                 attrs["module"] = m.group(3)
             text = text[m.end():]
-        elif m := _STDLIB_LEVEL.match(text):
+        elif m := text_log.PLAIN_LEVEL.match(text):  # a stdlib logger's line known by its words
             record.level = m.group(1)
         record.name = text[:2000]
         self._ids(record, text, attrs)
