@@ -379,6 +379,9 @@ FROM timed
 # Ids found in the text of a line: Request ID and Engine ID map mentions, and any UUID of a line
 # outside a request span (request_id, as LineParser._json_line takes it, is none).
 _TEXT_IDS = """contains(message, 'Request ID') OR contains(message, 'Engine ID map') OR request_id IS NULL"""
+# The id-shaped words of the message and the error texts (tokens.py), stored beside the ids the line
+# carries as such, less those.
+_WORDS = tokens.sql("concat_ws(chr(10), message, error, error_detail)")
 _ENGINE_ID_MAP_SQL = bulk_sql.re2(_ENGINE_ID_MAP)
 _SGLANG_SUBMITTED_SQL = bulk_sql.re2(_SGLANG_SUBMITTED)
 _IDS = f"""
@@ -393,8 +396,17 @@ SELECT record_id, i.kind, i.value, NULL::VARCHAR AS scope FROM (
     FROM {{records}} WHERE NOT ({_TEXT_IDS})
 ) WHERE i.value <> ''
 UNION ALL
+SELECT record_id, '{tokens.TOKEN}', w, NULL::VARCHAR FROM (
+    SELECT record_id, request_id, x_dynamo_request_id, x_request_id, trace_id, unnest({_WORDS}) AS w
+    FROM {{records}} WHERE NOT ({_TEXT_IDS})
+) WHERE w IS DISTINCT FROM request_id AND w IS DISTINCT FROM x_dynamo_request_id AND w IS DISTINCT FROM x_request_id
+    AND w IS DISTINCT FROM trace_id
+UNION ALL
 SELECT DISTINCT record_id, i.kind, i.value, i.scope FROM (
-    SELECT record_id, unnest(
+    SELECT record_id, unnest(ids || list_transform(
+        list_filter(words, lambda w: NOT list_contains(list_transform(ids, lambda i: i.value), w)),
+        lambda w: {{'kind': '{tokens.TOKEN}', 'value': w, 'scope': NULL::VARCHAR}})) AS i
+    FROM (SELECT record_id, {_WORDS} AS words,
         [{{'kind': '{INTERNAL_ID}', 'value': request_id, 'scope': NULL::VARCHAR}},
          {{'kind': '{INTERNAL_ID}', 'value': x_dynamo_request_id, 'scope': NULL}},
          {{'kind': '{X_REQUEST_ID}', 'value': x_request_id, 'scope': NULL}},
@@ -423,19 +435,8 @@ SELECT DISTINCT record_id, i.kind, i.value, i.scope FROM (
                 THEN list_transform(regexp_extract_all(concat_ws(chr(0), message, error, error_detail),
                                                        '{bulk_sql.re2(_UUID_IN_TEXT)}'),
                                     lambda u: {{'kind': '{INTERNAL_ID}', 'value': lower(u), 'scope': NULL::VARCHAR}})
-                ELSE [] END) AS i
-    FROM {{records}} WHERE {_TEXT_IDS}
+                ELSE [] END AS ids
+    FROM {{records}} WHERE {_TEXT_IDS})
 ) WHERE i.value <> ''
 """
-# The id-shaped words of the message and the error texts, beside the ids the line carries as such
-# (tokens.py): `known` is the select above.
-_IDS = f"""
-WITH known AS ({_IDS})
-SELECT * FROM known
-UNION ALL
-SELECT DISTINCT record_id, '{tokens.TOKEN}', w, NULL::VARCHAR FROM (
-    SELECT record_id, unnest({tokens.sql("concat_ws(chr(10), message, error, error_detail)")}) AS w FROM {{records}}
-) t WHERE NOT EXISTS (SELECT 1 FROM known k WHERE k.record_id = t.record_id AND k.value = t.w)
-"""
-
 BULK = bulk_sql.Rules(select=_SELECT, ids=_IDS)

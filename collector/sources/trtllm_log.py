@@ -275,38 +275,43 @@ WITH framed AS (
 ), checked AS (
     SELECT *, sending.all <> '' AND upper(sending.role) IN ('CONTEXT', '0') AS to_ctx,
         -- lines the parser stores nothing of, and which leave its time as it was
-        contains(t, chr(0)) OR trim(t, ' ' || chr(9) || chr(10) || chr(11) || chr(12) || chr(13)) = '' AS unstored
+        contains(t, chr(0)) OR NOT regexp_matches(t, '[^\\t\\n\\x0b\\f\\r ]') AS unstored
     FROM ided
-), own AS (
+), own AS MATERIALIZED (
     SELECT *, (claimed OR plain) AND NOT unstored AND (stamp = '' OR own_time IS NOT NULL)
         AND coalesce(length(rank) <= 18, true) AND (sending.all = '' OR regexp_matches(sending.server, '^[!-~]+$'))
         AS own_ok
     FROM checked
+), flags AS (
+    -- what the windows below read: few columns, since a window sorts every column it carries
+    SELECT f, idx, unstored, own_ok, timeless, cont, stamp <> '' AS stamped, own_time,
+        sending.all <> '' AS sends, contains(t, 'Sending') AS says_sending
+    FROM own
 ), carrying AS (
     -- the time the lines before leave: a line the parser reads that may have a time of its own
     -- leaves one the SQL does not know
     SELECT *, last_value(CASE WHEN unstored THEN NULL
                               WHEN NOT own_ok THEN CASE WHEN NOT timeless THEN {_PARSERS} END
-                              WHEN stamp <> '' THEN own_time END
+                              WHEN stamped THEN own_time END
                          IGNORE NULLS)
-        OVER (PARTITION BY f ORDER BY idx ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS before
-    FROM own
-), stored AS (
-    SELECT *, own_ok AND (stamp <> '' OR coalesce(before <> {_PARSERS}, false)) AS row_ok,
+        OVER (PARTITION BY f ORDER BY idx ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS before,
         max(idx) OVER (PARTITION BY f) AS last_idx,
         -- a line before that shows the file is the router's: then no line is one of its state_markers()
-        coalesce(bool_or(sending.all <> '') OVER (PARTITION BY f ORDER BY idx
-                                                  ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), false) AS taught
+        coalesce(bool_or(sends) OVER (PARTITION BY f ORDER BY idx
+                                      ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), false) AS taught
+    FROM flags
+), stored AS (
+    SELECT *, own_ok AND (stamped OR coalesce(before <> {_PARSERS}, false)) AS row_ok
     FROM carrying
 ), continued AS (
     -- a run of lines that go on the line before is the SQL's when the SQL stores the line it goes
     -- on and the line after it: the parser then reads no line right after one of them (the
     -- last line of a piece, a line that may teach it something of its file, are the parser's)
-    SELECT *,
+    SELECT f, idx, before, row_ok,
         last_value(CASE WHEN unstored OR cont THEN NULL ELSE row_ok END IGNORE NULLS)
             OVER (PARTITION BY f ORDER BY idx ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS opened,
         first_value(CASE WHEN unstored OR cont THEN NULL
-                         ELSE row_ok AND idx < last_idx AND (taught OR NOT contains(t, 'Sending')) END IGNORE NULLS)
+                         ELSE row_ok AND idx < last_idx AND (taught OR NOT says_sending) END IGNORE NULLS)
             OVER (PARTITION BY f ORDER BY idx ROWS BETWEEN 1 FOLLOWING AND UNBOUNDED FOLLOWING) AS closed,
         last_value(CASE WHEN unstored THEN NULL ELSE cont END IGNORE NULLS)
             OVER (PARTITION BY f ORDER BY idx ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS after_cont
@@ -317,7 +322,7 @@ WITH framed AS (
                                  THEN 'ERROR' END
              ELSE level END AS level),
         row_ok OR (cont AND coalesce(opened AND closed, false)) AS ok
-    FROM continued
+    FROM own JOIN continued USING (f, idx)
 )
 SELECT f, idx, start, ok,
     CASE WHEN stamp <> '' THEN own_time ELSE nullif(before, {_PARSERS}) END AS time_ns,
@@ -325,13 +330,15 @@ SELECT f, idx, start, ok,
     left(message, 2000) AS name, NULL::BIGINT AS duration_ns, NULL::VARCHAR AS status, false AS entry,
     NULL::VARCHAR AS trace_id, NULL::VARCHAR AS span_id, NULL::VARCHAR AS parent_span_id,
     CASE WHEN cont THEN CASE WHEN level IS NULL THEN '{{"continues":true}}' END
-         ELSE nullif(json_merge_patch('{{}}', json_object(
-        'rank', TRY_CAST(rank AS BIGINT), 'logger', logger, 'module', module,
-        'ctx_server', CASE WHEN to_ctx THEN sending.server END,
-        'gen_server', CASE WHEN sending.all <> '' AND NOT to_ctx THEN sending.server END))::VARCHAR, '{{}}') END AS attrs,
+         -- the attributes the Reader sets, in its order (a concatenation: JSON functions cost twice as much)
+         ELSE nullif('{{' || concat_ws(',', '"rank":' || TRY_CAST(rank AS BIGINT), '"logger":' || to_json(logger),
+                                       '"module":' || to_json(module),
+                                       '"ctx_server":' || to_json(CASE WHEN to_ctx THEN sending.server END),
+                                       '"gen_server":' || to_json(CASE WHEN sending.all <> '' AND NOT to_ctx
+                                                                       THEN sending.server END)) || '}}', '{{}}') END AS attrs,
     coalesce(nullif(engine.a, ''), nullif(engine.b, ''), nullif(engine.c, '')) AS engine_id,
     CASE WHEN sending.all <> '' AND sending.id <> 'None' THEN sending.id END AS ctx_id,
-    CASE WHEN to_ctx THEN sending.server END AS ctx_scope, disagg_id, t AS line_text
+    CASE WHEN to_ctx THEN sending.server END AS ctx_scope, disagg_id, {tokens.sql("t")} AS words
 FROM done
 """
 _IDS = f"""
@@ -343,8 +350,8 @@ SELECT DISTINCT record_id, i.kind, i.value, i.scope FROM (
     FROM {{records}} WHERE engine_id IS NOT NULL OR ctx_id IS NOT NULL OR disagg_id IS NOT NULL
 ) WHERE i.value IS NOT NULL
 UNION ALL
-SELECT DISTINCT record_id, '{tokens.TOKEN}', w, NULL::VARCHAR FROM (
-    SELECT record_id, engine_id, ctx_id, disagg_id, unnest({tokens.sql("line_text")}) AS w FROM {{records}}
+SELECT record_id, '{tokens.TOKEN}', w, NULL::VARCHAR FROM (
+    SELECT record_id, engine_id, ctx_id, disagg_id, unnest(words) AS w FROM {{records}}
 ) WHERE w IS DISTINCT FROM engine_id AND w IS DISTINCT FROM ctx_id AND w IS DISTINCT FROM disagg_id
 """
 

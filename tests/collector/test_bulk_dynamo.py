@@ -44,6 +44,8 @@ LINES = [
     + UUID.encode() + b' trtllm_client_id=43 disagg_request_id=9001"}',
     b'{"time":"2026-08-21T10:15:02.100Z","level":"WARN","target":"x","message":"request ' + UUID.encode()
     + b' is already active","error":"also ' + UUID.upper().encode() + b'"}',
+    b'{"time":"2026-08-21T10:15:02.100Z","level":"INFO","target":"x","message":"request ' + UUID.encode()
+    + b' queued behind chatcmpl-77ab01c2d3e4f5a6","request_id":"' + UUID.encode() + b'","error":"slot 12345678"}',
     b'{"time":"2026-08-21T10:15:02.100Z","level":"INFO","target":"x","message":"","span_name":"handle_payload",'
     b'"instance_id":"77","component":"late"}',
     b'{"time":"2026-08-21T10:15:02.100Z","level":"INFO","target":"x","message":"FPM direct publisher started",'

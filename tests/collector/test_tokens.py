@@ -18,6 +18,7 @@ LINES = [
     "__init__ model_runner.py:1234 dtype=float16 step 12345 of 2026/03/02",
     "resp_0a1b2c3d4e5f6a7b_0 and msg_01XyZ0aBcDeF and 'rid': '0f3c9a2b1d4e5f60718293a4b5c6d7e8'",
     "ReqTimeStats(rid=9e1c57a3b0d24f6e8a1b2c3d4e5f6071, entry_time=1787307302.520) took 0.12345678901 s",
+    "abcd1efg and 1abcdefg and abcdefg1 at 10.0.0.12:8000 for 7 of 2048 tokens",
 ]
 
 
@@ -31,6 +32,10 @@ LINES = [
 ])
 def test_the_id_shaped_words_of_a_line(line, words):
     assert tokens.tokens(line) == words
+
+
+def test_a_short_word_with_its_digit_anywhere_is_an_id():
+    assert tokens.tokens(LINES[8]) == ["abcd1efg", "1abcdefg", "abcdefg1"]
 
 
 def test_the_sql_twin_finds_the_same_words():
