@@ -123,8 +123,14 @@ def pasted_id(text: str) -> str:
     return value.lower() if _TRACE_ID.fullmatch(value) else value
 
 
+# vLLM names its reply after the client's X-Request-Id (or the body's request_id) when one is sent:
+# `chatcmpl-<id>`, `cmpl-<id>`, `embd-<id>`. Nothing else in its logs holds the client's id alone.
+CLIENT_ID_REPLY_PREFIXES = ("chatcmpl-", "cmpl-", "embd-")
+
+
 def implied_by_query(query: str) -> list[tuple[str, str]]:
-    """Ids a looked-up string implies beyond itself: a reply id's internal or disagg id."""
+    """Ids a looked-up string implies beyond itself: a reply id's internal or disagg id; any other
+    string may be a client's id, and implies the reply ids vLLM makes of one."""
     if query.startswith(REPLY_PREFIXES):
         return derived(REPLY_ID, query)
-    return []
+    return [(REPLY_ID, prefix + query) for prefix in CLIENT_ID_REPLY_PREFIXES]

@@ -13,7 +13,7 @@ from .id_index import found_sql
 from .ids import (
     BOOTSTRAP_ROOM, CTX_REQUEST_ID, DISAGG_REQUEST_ID, ENGINE_REQUEST_ID, ENTRY_ROLES, INTERNAL_ID, REPLY_ID,
     ROUTER_REQUEST_ID, SESSION_ID, TOOL_CALL_ID, TRACE_ID, X_REQUEST_ID,
-    implied_by_query, pasted_id,
+    REPLY_PREFIXES, implied_by_query, pasted_id,
 )
 from .request_list import summaries
 from .requests import build_requests, requests_current, summarize_grouped, update_requests
@@ -84,8 +84,10 @@ def lookup(store: Store, query: str, window: Window | None = None, limit: int = 
     else:
         id_kinds, matched, summary, requests = _walked(store, graph, wanted, window, limit)
     direct_kinds, implied_kinds = id_kinds
-    # found only by the ids a reply id implies (Dynamo logs the UUID in chatcmpl-<uuid>): by a reply id
-    id_kind = _strongest(set(direct_kinds)) or (REPLY_ID if implied_kinds else None)
+    # found only by the ids the query implies: a reply id (Dynamo logs the UUID in chatcmpl-<uuid>),
+    # or a client's id (vLLM's reply chatcmpl-<client's id>)
+    id_kind = _strongest(set(direct_kinds)) or (
+        (REPLY_ID if query.startswith(REPLY_PREFIXES) else X_REQUEST_ID) if implied_kinds else None)
     return {
         "query": query,
         "id_kind": id_kind or _guess_kind(query),
@@ -171,7 +173,7 @@ def _strongest(kinds: set[str]) -> str | None:
 
 def _guess_kind(query: str) -> str:
     """What a query that matched nothing looks like, for the report."""
-    if implied_by_query(query) or query.startswith(("chatcmpl-", "cmpl-", "resp_", "msg_")):
+    if query.startswith(REPLY_PREFIXES):
         return REPLY_ID
     if len(query) == 32 and all(c in "0123456789abcdefABCDEF" for c in query):
         return TRACE_ID

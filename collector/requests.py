@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from . import record_contract
 from .duckdb_engine import duckdb, threads, transaction
-from .ids import JOINING_KINDS, KEY_KINDS, SCOPED_KINDS, SERVING_ROLES
+from .ids import INTERNAL_ID, JOINING_KINDS, KEY_KINDS, SCOPED_KINDS, SERVING_ROLES
 from .store import Store
 
 
@@ -81,13 +81,18 @@ WITH traces AS (
 ), untraced AS (
     -- An entry tier writes one entry record a request: untraced entry records of one worker that
     -- carry one key are as many requests (two clients that send vLLM one X-Request-Id get one reply
-    -- id, and vLLM's log line of each names no trace).
-    SELECT DISTINCT hash(i.kind, i.value, i.scope) AS key, {_hashed('r.worker')} AS worker, r.record_id
+    -- id, and vLLM's log line of each names no trace); but those that differ in their internal ids
+    -- are one request's parts (vLLM logs a completion of several prompts as one request a prompt,
+    -- `cmpl-<id>-0`, `cmpl-<id>-1`, each naming the reply `cmpl-<id>`).
+    SELECT DISTINCT hash(i.kind, i.value, i.scope) AS key, {_hashed('r.worker')} AS worker, r.record_id,
+           own.internal
     FROM build_ids i JOIN build_records r USING (record_id)
+    LEFT JOIN (SELECT record_id, min(hash(value)) AS internal FROM build_ids WHERE kind = '{INTERNAL_ID}'
+               GROUP BY record_id) own USING (record_id)
     WHERE r.entry AND r.trace_id IS NULL AND r.worker IS NOT NULL AND {_KEY_FILTER}
 )
 SELECT key FROM traces GROUP BY key HAVING count(trace) > 1
-UNION SELECT key FROM untraced GROUP BY key, worker HAVING count(record_id) > 1
+UNION SELECT key FROM untraced GROUP BY key, worker, internal HAVING count(record_id) > 1
 UNION SELECT key FROM crowded;
 
 CREATE OR REPLACE TEMP TABLE edges AS

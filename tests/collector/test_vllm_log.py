@@ -182,12 +182,54 @@ def test_one_x_request_id_sent_twice_to_one_server_is_two_requests_not_one(tj, t
         line("Added request chatcmpl-job-42-22222222.", at="08-20 10:15:03"),
     ])
     assert tj("ingest", tmp_path).code == 0
-    found = tj("lookup", "chatcmpl-job-42", "--json").json()
-    assert any("collision" in w for w in found["warnings"])
-    assert found["matched"] >= 2
+    for query in ("chatcmpl-job-42", "job-42"):  # the reply id, and the client's own id inside it
+        found = tj("lookup", query, "--json").json()
+        assert any("collision" in w for w in found["warnings"])
+        assert found["matched"] == 2  # each request once, its Received line placed by its time
+        added = [[r["name"] for r in request["records"] if r["name"].startswith("Added")] for request in found["requests"]]
+        assert added == [["Added request chatcmpl-job-42-11111111."], ["Added request chatcmpl-job-42-22222222."]]
+        assert [len(request["records"]) for request in found["requests"]] == [2, 2]
     for engine_id in ("chatcmpl-job-42-11111111", "chatcmpl-job-42-22222222"):
         [request] = tj("lookup", engine_id, "--json").json()["requests"]
         assert [engine_id] == [r["name"].split()[-1].rstrip(".") for r in request["records"] if r["name"].startswith("Added")]
+
+
+def test_a_client_id_vllm_made_the_reply_id_of_finds_the_request(tj, tmp_path):
+    """With an X-Request-Id (or a body request_id), vLLM's reply is `chatcmpl-<it>` and its engine id
+    `chatcmpl-<it>-<8 hex>`: no line holds the client's id alone, and a lookup of it finds the request."""
+    write_log(tmp_path / "vllm-0.log", [
+        line("Received request chatcmpl-order-7731: params: SamplingParams(n=1), lora_request: None."),
+        line("Added request chatcmpl-order-7731-0a1b2c3d."),
+        line("Received request cmpl-order-7732-0: prompt: 'hi', params: SamplingParams(n=1), lora_request: None."),
+        line("Added request cmpl-order-7732-0-4e5f6a7b."),
+    ])
+    assert tj("ingest", tmp_path).code == 0
+    for client_id, reply_id in (("order-7731", "chatcmpl-order-7731"), ("order-7732", "cmpl-order-7732")):
+        found = tj("lookup", client_id, "--json").json()
+        assert (found["id_kind"], found["matched"]) == ("x_request_id", 1)
+        assert found["requests"] == tj("lookup", reply_id, "--json").json()["requests"]
+        assert len(found["requests"][0]["records"]) == 2
+    assert tj("lookup", "order-7733").code == 1  # nothing found: still said so
+
+
+def test_a_completion_of_two_prompts_is_one_request_under_the_id_the_client_saw(tj, tmp_path):
+    """vLLM logs each prompt of a completion as a request of its own, `cmpl-<id>-0` and `cmpl-<id>-1`,
+    both entries of one API server: the client saw one reply, `cmpl-<id>`, and one request."""
+    write_log(tmp_path / "vllm-0.log", [
+        line("Received request cmpl-77ab01c2d3e4f5a6-0: prompt: 'a', params: SamplingParams(n=1), lora_request: None."),
+        line("Received request cmpl-77ab01c2d3e4f5a6-1: prompt: 'b', params: SamplingParams(n=1), lora_request: None."),
+        line("Added request cmpl-77ab01c2d3e4f5a6-0-c0ffee12."),
+        line("Added request cmpl-77ab01c2d3e4f5a6-1-c0ffee13."),
+        line("Finished request cmpl-77ab01c2d3e4f5a6-0-c0ffee12.", at="08-20 10:15:03"),
+        line("Finished request cmpl-77ab01c2d3e4f5a6-1-c0ffee13.", at="08-20 10:15:03"),
+    ])
+    assert tj("ingest", tmp_path).code == 0
+    for query in ("cmpl-77ab01c2d3e4f5a6", "cmpl-77ab01c2d3e4f5a6-1", "cmpl-77ab01c2d3e4f5a6-0-c0ffee12"):
+        found = tj("lookup", query, "--json").json()
+        assert found["matched"] == 1 and not any("collision" in w for w in found["warnings"])
+        assert len(found["requests"][0]["records"]) == 6
+    [listed] = tj("requests", "--json", "--since", "2000-01-01T00:00:00Z").json()
+    assert listed["records"] == 6
 
 
 def test_vllm_spans_join_its_logs_by_the_external_id(tj, tmp_path):
