@@ -211,7 +211,8 @@ class Receiver:
         return _decode(self.parser.decode, export, lambda: _single_item_exports(signal, export))
 
     def body(self, raw: bytes, decoded: Decoded) -> Body:
-        return Body(self.origin, SOURCE, hashlib.sha256(raw).hexdigest(), decoded.records)
+        return Body(self.origin, SOURCE, hashlib.sha256(raw).hexdigest(), decoded.records,
+                    aliases=dict(self.parser.aliases))
 
 
 def _json_object(body: bytes) -> dict:

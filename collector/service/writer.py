@@ -46,6 +46,7 @@ class Body:
     sha256: str  # of the body as received: a body stored once is not stored again
     records: list[Record] = field(default_factory=list)
     raw: bytes | None = None  # kept in `received.body` until parsed (scraped answers)
+    aliases: dict[str, str] = field(default_factory=dict)  # other names of the records' workers: {name: worker}
 
 
 @dataclass
@@ -200,7 +201,7 @@ class Writer:
         them all, to be retried."""
         source = bodies[0][0].item.source
         batch = BatchBuilder(source, origin)
-        kept, offsets, digests, raws = [], [], [], []
+        kept, offsets, digests, raws, aliases = [], [], [], [], {}
         number = origin.consumed
         for works in bodies:
             body = works[0].item
@@ -214,13 +215,14 @@ class Writer:
             offsets.append(offset)
             digests.append(body.sha256)
             raws.append(body.raw)
+            aliases.update(body.aliases)
             number += 1
         if not kept:
             return
         before = origin.consumed
         origin.consumed = number
         try:
-            self.store.write_batch(batch, received=Received(origin.origin_id, offsets, digests, raws))
+            self.store.write_batch(batch, aliases=aliases, received=Received(origin.origin_id, offsets, digests, raws))
         except BaseException as e:
             origin.consumed = before  # nothing was stored: the numbers are free again
             if not _records_at_fault(e):

@@ -336,6 +336,14 @@ def _resource(block, what: str, scopes: tuple[str, str], items: tuple[str, str],
     return resource_attrs, read_items
 
 
+def _dynamo_instance(span: Span) -> str | None:
+    """A Dynamo worker names its discovery instance on its handle_payload spans: `<component>:<instance id>`."""
+    a = span.attrs
+    if span.name == "handle_payload" and a.get("instance_id") is not None:
+        return f"{a.get('component') or 'worker'}:{a['instance_id']}"
+    return None
+
+
 def is_content(key: str) -> bool:
     """Whether an attribute of this key holds prompt or reply text (CONTENT_ATTRIBUTES and their
     indexed forms)."""
@@ -367,6 +375,7 @@ class LineParser:
         self.role: str | None = None
         self.keep_content = keep_content
         self._identity_by_service: dict[str, tuple[str, str | None]] = {}
+        self.aliases: dict[str, str] = {}  # other names of the processes read: {name: worker}
         self._plain_keys: set[str] = set()  # attribute keys seen that hold no text
 
     def parse(self, line: bytes) -> list[Record]:
@@ -400,39 +409,38 @@ class LineParser:
         return [self._log(log, worker, role) for log in logs]
 
     def _identity(self, attrs: dict, spans: list[Span]) -> tuple[str | None, str | None]:
-        """(worker, role) of the process that exported a resource block."""
+        """(worker, role) of the process that exported a resource block: the first name of the
+        process the resource gives, as a person knows it (docs/id-model.md, Worker names); the
+        others it gives become aliases of it (`aliases`), so records that other sources name by
+        them are the same worker's."""
         # The conventions make these text; a resource that gives another type names nothing by it.
-        service, role, host, instance = (v if isinstance(v, str) else None for v in map(attrs.get, (
-            "service.name", "tracejoin.role", "host.name", "service.instance.id")))
+        service, role, pod, host, instance = (v if isinstance(v, str) and v else None for v in map(attrs.get, (
+            "service.name", "tracejoin.role", "k8s.pod.name", "host.name", "service.instance.id")))
         role = role or _role_of_service(service) or _role_of_spans(spans)
-        pid = attrs.get("process.pid")
-        # host:pid names the process as TensorRT-LLM's perf-metrics files do, so engine ids scoped
-        # by either source match; it also says more than the SDK's random service.instance.id.
-        vllm_pid = attrs.get("vllm.process_id")
-        if host and pid and isinstance(pid, (int, str)):
-            worker = f"{host}:{pid}"
-        elif isinstance(vllm_pid, (int, str)):
-            # vLLM's resource names no host: its process is its service and pid.
-            worker = f"{service or 'vllm'}:{vllm_pid}"
-        elif service and any(span.scope == _SGLANG_SCOPE for span in spans):
-            # SGLang's resource names its service only (the SDK's random instance id names nothing
-            # its logs do): the server is its service, as its log file is named in the demo.
-            worker = service
+        pid, vllm_pid = (v if isinstance(v, (int, str)) and not isinstance(v, bool) and v != "" else None
+                         for v in (attrs.get("process.pid"), attrs.get("vllm.process_id")))
+        names = [
+            pod,
+            # as TensorRT-LLM's perf-metrics files name the process, so engine ids scoped by either match
+            f"{host}:{pid}" if host and pid is not None else None,
+            # vLLM's resource names no host: its process is its service and pid
+            f"{service or 'vllm'}:{vllm_pid}" if vllm_pid is not None else None,
+            # the SDK draws a random UUID when nobody names the instance: that names nothing a person knows
+            instance if instance and not UUID_RE.match(instance) else None,
+            host if pid is None else None,  # a host runs many processes: with a pid, host:pid names this one
+        ]
+        names = [n for n in names if n]
+        if names:
+            worker = names[0]
+            self.aliases.update((name, worker) for name in names[1:] if name != worker)
         else:
-            worker = instance
-        if worker is None:
-            # A Dynamo worker names its discovery instance on its handle_payload spans.
-            for span in spans:
-                a = span.attrs
-                if span.name == "handle_payload" and a.get("instance_id") is not None:
-                    component = str(a.get("component") or "worker")
-                    worker = f"{component}:{a['instance_id']}"
-                    role = role or _role_of_service(component)
-                    break
-        if worker is None and service in self._identity_by_service:
-            return self._identity_by_service[service]
-        if worker is None:
-            worker = service
+            worker = next((_dynamo_instance(span) for span in spans if _dynamo_instance(span)), None)
+            if worker is not None:
+                role = role or _role_of_service(worker.split(":")[0])
+            elif service in self._identity_by_service:
+                return self._identity_by_service[service]
+            else:
+                worker = service or instance
         if service:
             self._identity_by_service[service] = (worker, role)
         return worker, role

@@ -37,8 +37,9 @@ Lines read:
   http_request{… request_id=cmpl-… status=500 …}: sglang_router_rs::…: message`, its request id (the
   router's own, or a client's `X-Request-Id`) an internal id of the router's request, its status.
 
-The process is `ingest --worker`'s name, else the request log's `<hostname>_<rank>` (its file name,
-rotated hourly as `<hostname>_<rank>.log.YYYY-mm-dd_HH`), else the file's name.
+The process is `ingest --worker`'s name, else the host of a request log `<hostname>_<rank>` (its
+file name, rotated hourly as `<hostname>_<rank>.log.YYYY-mm-dd_HH`; the rank too, when it is not 0),
+else the file's name.
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ _RANK = re.compile(r"(DP|PP|ATTN_CP|MOE_DP|TP|EP)(\d+)")
 _ISO = re.compile(r"^(\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(?:\.(\d{1,6}))?$")
 _SGLANG_WORDS = ("ServerArgs(", '"event": "request.', "Receive: obj=", "Finish: obj=", "ReqTimeStats(", "sglang",
                  "sgl_model_gateway")
-_REQUEST_LOG_FILE = re.compile(r"^(?P<name>.+_\d+)\.log(?:\.\d{4}-\d\d-\d\d_\d\d)?(?:\.gz)?$")
+_REQUEST_LOG_FILE = re.compile(r"^(?P<name>(?P<host>.+)_(?P<rank>\d+))\.log(?:\.\d{4}-\d\d-\d\d_\d\d)?(?:\.gz)?$")
 
 _MODE = re.compile(r"\bdisaggregation_mode='(\w+)'")
 _TEXT_REQUEST = re.compile(r"^(Receive|Finish)(?: OpenAI)?: obj=")
@@ -102,6 +103,16 @@ def sniff(path: str, head: list[bytes]) -> bool:
                               or bool(_REQUEST_LOG_FILE.match(os.path.basename(path))))
 
 
+def _process_of(path: str) -> str:
+    """The process a file of SGLang's names: a request log `<hostname>_<rank>` is its server's host
+    (in Kubernetes, its pod), as the server's spans and wrapped lines name it; a rank other than 0
+    stays in the name. Any other file: its name."""
+    m = _REQUEST_LOG_FILE.match(os.path.basename(path))
+    if m is None:
+        return os.path.basename(path).split(".")[0]
+    return m["host"] if m["rank"] == "0" else m["name"]
+
+
 def LineParser(path: str, **options) -> text_log.TextLines:
     """The parser of a file of SGLang's: its lines read by Reader, each other one by its own format."""
     return text_log.LineParser(path, first=NAME, **options)
@@ -111,8 +122,7 @@ class Reader:
     """SGLang's lines of one file (text_log.py's reader contract)."""
 
     def __init__(self, path: str, worker: str | None = None, keep_content: bool = False, tz: str | None = None):
-        m = _REQUEST_LOG_FILE.match(os.path.basename(path))
-        self.worker = worker or (m["name"] if m else os.path.basename(path).split(".")[0])
+        self.worker = worker or _process_of(path)
         self.role: str | None = None
         self.keep_content = keep_content
         self._times = local_time.LocalTimes(local_time.clock(tz))

@@ -224,3 +224,27 @@ def test_a_span_exported_twice_is_shown_once_naming_both_files(tj, tmp_path):
     assert paths == {str(tmp_path / "first.jsonl"), str(tmp_path / "again.jsonl")}
     assert record["summary"].endswith("also from otlp_json")
     assert request["workers"] == [{"worker": "gpu-node-1:4242", "role": request["workers"][0]["role"], "records": 1}]
+
+
+@pytest.mark.parametrize("resource, worker, aliases", [
+    ({"service.name": "frontend", "service.instance.id": "c487d536-9a1e-4f0b-8d2c-55e0a1b2c3d4"}, "frontend", {}),
+    ({"service.name": "trtllm-gen", "host.name": "gpu-3", "process.pid": 777}, "gpu-3:777", {}),
+    ({"service.name": "trtllm-gen", "host.name": "gpu-3", "process.pid": 777, "k8s.pod.name": "gen-5d8f-q7"},
+     "gen-5d8f-q7", {"gpu-3:777": "gen-5d8f-q7"}),
+    ({"service.name": "vllm", "vllm.process_id": 4182}, "vllm:4182", {}),
+    ({"service.name": "gateway", "service.instance.id": "gw-1:8000"}, "gw-1:8000", {}),  # trace-join's middleware
+    ({"service.name": "sglang", "host.name": "qwen3-prefill-0"}, "qwen3-prefill-0", {}),
+])
+def test_a_resource_names_its_process_as_a_person_knows_it(resource, worker, aliases):
+    """The pod, else host and pid, else vLLM's service and pid, else an instance id someone chose,
+    else the host, else the service: never the SDK's random instance UUID while a name exists; the
+    resource's other names of the process become aliases of it."""
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource(resource))
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    with provider.get_tracer("any").start_as_current_span("work", kind=SpanKind.SERVER):
+        pass
+    provider.shutdown()
+    parser = otlp_json.LineParser()
+    [record] = parser.parse(MessageToJson(encode_spans(memory.get_finished_spans()), indent=None).encode())
+    assert (record.worker, parser.aliases) == (worker, aliases)

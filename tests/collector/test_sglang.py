@@ -51,7 +51,7 @@ def test_request_logs_name_the_reply_by_the_rid_and_keep_no_prompt_text():
     ])
     assert detect("/logs/gpu-node-1_0.log", [sg.request_log_line(AT, "request.received", RID_D).encode()]) is sglang_log
     assert received.ids == [(REPLY_ID, RID_D, None)] and received.entry
-    assert (parser.worker, parser.role) == ("gpu-node-1_0", "agg")
+    assert (parser.worker, parser.role) == ("gpu-node-1", "agg")  # the host of <hostname>_<rank 0>
     assert received.time_ns % 10**9 == 315_702_000  # the JSON timestamp's microseconds
     assert (finished.name, finished.status, finished.duration_ns) == ("request.finished", "stop", 1_834_000_000)
     assert finished.attrs["queue_ms"] == 12.0
@@ -152,3 +152,34 @@ def test_dynamos_sglang_worker_line_joins_the_rid_to_dynamos_request(tj, tmp_pat
     assert tj("ingest", tmp_path).code == 0
     [request] = tj("lookup", context, "--json").json()["requests"]
     assert {r["source"] for r in request["records"]} == {"dynamo_jsonl", "sglang_log"}
+
+
+def test_one_server_pod_is_one_worker_whatever_names_it(tj, tmp_path, monkeypatch):
+    """An SGLang prefill and a decode pod in Kubernetes: each server's spans name only the service
+    (`sglang`, the same for every pod) and, from OTEL_RESOURCE_ATTRIBUTES as a deployment sets it,
+    its pod; its request log is `<hostname>_<rank>.log` (the hostname is the pod's); its metrics file
+    lies in a folder named after the pod. Each pod is one worker, listed once, in its role."""
+    for role, rid in (("prefill", RID_P), ("decode", RID_D)):
+        pod = f"qwen3-{role}-0"
+        obj = sg.generate_req_input(rid, "a prompt", 16, ROOM, "10.0.0.5", 8998)
+        (tmp_path / "logs").mkdir(exist_ok=True)
+        (tmp_path / "logs" / f"{pod}_0.log").write_text("\n".join([
+            sg.request_log_line(AT, "request.received", rid, obj=obj),
+            sg.request_log_line(AT, "request.finished", rid, obj=obj,
+                                out={"meta_info": sg.meta_info(rid, "stop", 4, 3, 1.834, 0.012)})]) + "\n")
+        (tmp_path / "metrics" / pod).mkdir(parents=True)
+        (tmp_path / "metrics" / pod / sg.metrics_file_name(AT)).write_text(sg.metrics_line(
+            obj, sg.meta_info(rid, "stop", 4, 3, 1.834), received_ts=1787307302.5) + "\n")
+        monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", f"k8s.pod.name={pod},k8s.namespace.name=serving")
+        memory = InMemorySpanExporter()
+        spans = sg.RequestSpans("sglang", memory)  # the service name SGLang defaults to
+        spans.record(role, rid, ROOM, 1787307302.5, 1787307304.3, prompt_tokens=128, completion_tokens=150,
+                     ttft_s=0.05, queue_s=0.001)
+        spans.shutdown()
+        (tmp_path / f"{role}.otlp.jsonl").write_bytes(
+            MessageToJson(encode_spans(memory.get_finished_spans()), indent=None).encode() + b"\n")
+    assert tj("ingest", tmp_path).code == 0
+    [request] = tj("lookup", RID_D, "--json").json()["requests"]
+    assert sorted((w["worker"], w["role"], w["records"]) for w in request["workers"]) == [
+        ("qwen3-decode-0", "decode", 4), ("qwen3-prefill-0", "prefill", 4)]  # two log lines, a metrics row, a span
+    assert {r["source"] for r in request["records"]} == {"sglang_log", "sglang_metrics", "otlp_json"}

@@ -21,14 +21,17 @@ def db(either_store):
 WALL_START_NS = 1_796_035_710_000_000_000  # when the worker's llm_request span started
 
 
-def llm_request_span_line(host: str, pid: int, engine_id: int, start_ns: int, duration_s: float) -> bytes:
+def llm_request_span_line(host: str, pid: int, engine_id: int, start_ns: int, duration_s: float,
+                          pod: str | None = None) -> bytes:
     """An OTLP/JSON export of TensorRT-LLM's `llm_request` span: SERVER, gen_ai.request.id
-    = the engine id, started at the request's arrival moved onto the wall clock."""
+    = the engine id, started at the request's arrival moved onto the wall clock; `pod`: the
+    resource's k8s.pod.name, as OTEL_RESOURCE_ATTRIBUTES adds it in Kubernetes."""
     return orjson.dumps({"resourceSpans": [{
         "resource": {"attributes": [
             {"key": "service.name", "value": {"stringValue": "trtllm-worker"}},
             {"key": "host.name", "value": {"stringValue": host}},
-            {"key": "process.pid", "value": {"intValue": str(pid)}}]},
+            {"key": "process.pid", "value": {"intValue": str(pid)}},
+            *([{"key": "k8s.pod.name", "value": {"stringValue": pod}}] if pod else [])]},
         "scopeSpans": [{"scope": {"name": "trt.llm"}, "spans": [{
             "traceId": "5b8efff798038103d269b633813fc60c", "spanId": "eee19b7ec3c1b174",
             "name": "llm_request", "kind": 2, "startTimeUnixNano": str(start_ns),
@@ -52,6 +55,19 @@ def test_perf_records_are_placed_on_the_wall_clock_by_the_same_process_span(tj, 
     # perf record lands at the same instant.
     assert perf[0]["time"] == "2026-11-30T10:48:30.000000Z"
     assert perf[0]["clock"] == f"steady {arrival - 0.006:.6f} s, placed by llm_request on gpu-node-2:4242"
+
+
+def test_a_pod_named_span_and_the_host_pid_named_perf_file_are_one_worker(tj, tmp_path):
+    """In Kubernetes the span's resource names the pod as well as host and pid: the worker is
+    the pod, and the perf-metrics file, which names the process by host and pid, is the same
+    worker's; the engine id, scoped by either name, joins them."""
+    write(tmp_path, file_name("gen", "gpu-node-2", 4242), worker_line(5, timing(81234.509, e2e=0.835)))
+    (tmp_path / "spans.otlp.jsonl").write_bytes(
+        llm_request_span_line("gpu-node-2", 4242, 5, WALL_START_NS, 0.835, pod="trtllm-gen-7f9c4-x2x8q") + b"\n")
+    assert tj("ingest", tmp_path).code == 0
+    [request] = tj("lookup", "5", "--json").json()["requests"]
+    assert [(w["worker"], w["records"]) for w in request["workers"]] == [("trtllm-gen-7f9c4-x2x8q", 2)]
+    assert [r["kind"] for r in request["records"]] == ["span", "perf"]
 
 
 def test_a_retried_context_requests_abandoned_disagg_id_is_an_orphan_not_a_wrong_join(tj, tmp_path, db):
