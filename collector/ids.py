@@ -39,6 +39,11 @@ BOOTSTRAP_ROOM = "bootstrap_room"
 # its own, unique only within the router's process.
 ROUTER_REQUEST_ID = "router_request_id"
 
+# vLLM's engine ids end in 8 random hex digits and are unique across its processes: they are scoped
+# to the deployment, this name, so a decode server's remote_request_id (its prefill's engine id)
+# joins the prefill server's records. It names no process.
+VLLM_ENGINE_SCOPE = "vllm"
+
 KEY_KINDS = (REPLY_ID, INTERNAL_ID, DISAGG_REQUEST_ID, ENGINE_REQUEST_ID, CTX_REQUEST_ID, BOOTSTRAP_ROOM,
              ROUTER_REQUEST_ID)
 SCOPED_KINDS = (ENGINE_REQUEST_ID, CTX_REQUEST_ID, ROUTER_REQUEST_ID)

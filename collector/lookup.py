@@ -12,7 +12,7 @@ from .graph import NOT_LOOKED_UP, IdGraph
 from .id_index import found_sql
 from .ids import (
     BOOTSTRAP_ROOM, CTX_REQUEST_ID, DISAGG_REQUEST_ID, ENGINE_REQUEST_ID, ENTRY_ROLES, INTERNAL_ID, REPLY_ID,
-    ROUTER_REQUEST_ID, SESSION_ID, TOOL_CALL_ID, TRACE_ID, X_REQUEST_ID,
+    ROUTER_REQUEST_ID, SESSION_ID, TOOL_CALL_ID, TRACE_ID, VLLM_ENGINE_SCOPE, X_REQUEST_ID,
     REPLY_PREFIXES, implied_by_query, pasted_id,
 )
 from .request_list import summaries
@@ -191,8 +191,10 @@ def _request_json(graph: IdGraph, request) -> dict:
     for n in sorted(nodes, key=lambda n: (n.time_ns or 0, n.record_id)):
         for kind, value, scope in n.ids:
             if kind == ENGINE_REQUEST_ID:
-                entry = {"worker": scope or n.worker, "id": value}
-                if entry not in engine:
+                if scope == VLLM_ENGINE_SCOPE:  # no process: shown on the first record's (its engine's)
+                    if not any(e["id"] == value for e in engine):
+                        engine.append({"worker": n.worker, "id": value})
+                elif (entry := {"worker": scope or n.worker, "id": value}) not in engine:
                     engine.append(entry)
             elif kind in ids and value not in ids[kind]:
                 ids[kind].append(value)

@@ -58,7 +58,7 @@ import re
 
 from . import text_log, tracing_fmt
 from .. import framing, local_time
-from ..ids import ENGINE_REQUEST_ID, INTERNAL_ID, REPLY_ID, derived, vllm_external_ids
+from ..ids import ENGINE_REQUEST_ID, INTERNAL_ID, REPLY_ID, VLLM_ENGINE_SCOPE, derived, vllm_external_ids
 from ..records import Record
 from .parsing import Unparseable, load_object
 
@@ -66,8 +66,6 @@ NAME = "vllm_log"
 WORKER_FROM_USER = True
 CONTENT_FROM_USER = True
 LOCAL_TIMES = True
-# vLLM's engine ids are unique across its processes (module doc): their scope is the deployment.
-ENGINE_SCOPE = "vllm"
 
 _PROCESS_TAG = r"\((?P<process>[A-Za-z][\w\[\]]*)(?: rank=\d+)? pid=(?P<pid>\d+)\) "
 _TEXT = re.compile(
@@ -344,7 +342,7 @@ class Reader:
 
     @staticmethod
     def _engine(record: Record, engine_id: str) -> None:
-        record.add_id(ENGINE_REQUEST_ID, engine_id, ENGINE_SCOPE)
+        record.add_id(ENGINE_REQUEST_ID, engine_id, VLLM_ENGINE_SCOPE)
 
 
 _PROCESS_TAGS = re.compile(r"\(([A-Za-z][\w\[\]]*)(?: rank=\d+)? pid=(\d+)\) ")

@@ -170,6 +170,9 @@ def test_a_prefill_and_a_decode_server_join_by_the_decode_sides_remote_request_i
         assert {(w["worker"], w["role"]) for w in request["workers"]} == {("prefill-0:100", "prefill"),
                                                                           ("decode-0:200", "decode")}
         assert len(request["records"]) == 5
+        # each engine id on the process that ran it, not on the deployment its ids are unique in
+        assert request["ids"]["engine_request_id"] == [{"worker": "prefill-0:100", "id": f"{prefill}-11111111"},
+                                                       {"worker": "decode-0:200", "id": f"{decode}-22222222"}]
 
 
 def test_one_x_request_id_sent_twice_to_one_server_is_two_requests_not_one(tj, tmp_path):
