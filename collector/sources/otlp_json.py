@@ -23,7 +23,7 @@ from typing import Callable
 import orjson
 
 from ..ids import (
-    REPLY_PREFIXES, UUID_RE, vllm_external_ids,
+    REPLY_PREFIXES, UUID_RE, derived, vllm_external_ids,
     BOOTSTRAP_ROOM, DISAGG_REQUEST_ID, ENGINE_REQUEST_ID, ENTRY_ROLES, INTERNAL_ID, REPLY_ID, TRACE_ID, X_REQUEST_ID,
     bootstrap_room,
 )
@@ -40,6 +40,9 @@ CONTENT_FROM_USER = True
 # SGLang's spans: their scope, and the name of a request's root span (`<role> Req <rid's 8 chars>`,
 # the role empty on a server that answers alone).
 _SGLANG_SCOPE = "sglang server"
+# Dynamo's audit sink (ai-dynamo/dynamo#9390): a log record a completed chat request, its body
+# `openai.chat_completion`, attributes `rid` (Dynamo's request id), `payload` (the request and reply).
+_DYNAMO_AUDIT_SCOPE = "dynamo.payload"
 _SGLANG_ROOT = re.compile(r"^(prefill|decode|) Req \S+$")
 
 # TensorRT-LLM's disaggregated server names its one span so, with no attributes.
@@ -499,10 +502,36 @@ class LineParser:
             trace_id=log.trace_id,
             span_id=log.span_id,
         )
+        if log.scope == _DYNAMO_AUDIT_SCOPE and isinstance(attrs.get("payload"), str):
+            attrs, content = self._audit_payload(record, attrs, content)
         self._ids(record, attrs, worker, log.scope)
         extra = {k: v for k, v in (("scope", log.scope), (CONTENT_CHARS, content)) if v}
         record.attrs = {**attrs, **extra} if extra else (attrs or None)
         return record
+
+    def _audit_payload(self, record: Record, attrs: dict, content: dict | None) -> tuple[dict, dict | None]:
+        """Dynamo's audit record: its `payload` is the chat request and its reply as JSON text. The
+        reply's id is the request's; without --keep-content the payload is kept without its
+        messages and choices' text (what the request asked for, the reply's id, finish reasons and
+        usage), its length counted as left out."""
+        try:
+            payload = orjson.loads(attrs["payload"])
+        except orjson.JSONDecodeError:
+            payload = None
+        if not isinstance(payload, dict):
+            return attrs, content
+        response = payload.get("response") if isinstance(payload.get("response"), dict) else {}
+        if isinstance(response.get("id"), str):
+            record.add_id(REPLY_ID, response["id"])
+            for kind, value in derived(REPLY_ID, response["id"]):
+                record.add_id(kind, value)
+        if self.keep_content:
+            return attrs, content
+        choices = response.get("choices") if isinstance(response.get("choices"), list) else []
+        kept = {k: payload[k] for k in ("schema_version", "request_id", "requested_streaming", "model") if k in payload}
+        kept["response"] = {k: response[k] for k in ("id", "model", "usage") if k in response}
+        kept["response"]["finish_reasons"] = [c.get("finish_reason") for c in choices if isinstance(c, dict)]
+        return {**attrs, "payload": kept}, {**(content or {}), "payload": len(attrs["payload"])}
 
     def _without_content(self, attrs: dict) -> tuple[dict, dict | None]:
         """The attributes without their text, and the characters of each one left out (None when

@@ -248,3 +248,44 @@ def test_a_resource_names_its_process_as_a_person_knows_it(resource, worker, ali
     parser = otlp_json.LineParser()
     [record] = parser.parse(MessageToJson(encode_spans(memory.get_finished_spans()), indent=None).encode())
     assert (record.worker, parser.aliases) == (worker, aliases)
+
+
+def dynamo_audit_line(rid: str, reply_id: str, prompt: str, answer: str) -> bytes:
+    """A Dynamo frontend's audit record (its `dynamo.payload` sink, ai-dynamo/dynamo#9390) as an OTLP
+    log export: body `openai.chat_completion`, the request and its reply in `payload` as JSON text."""
+    payload = {"schema_version": 1, "request_id": rid, "requested_streaming": True, "model": "qwen3",
+               "request": {"model": "qwen3", "messages": [{"role": "user", "content": prompt}]},
+               "response": {"id": reply_id, "model": "qwen3", "usage": {"prompt_tokens": 9, "completion_tokens": 3},
+                            "choices": [{"index": 0, "finish_reason": "stop",
+                                         "message": {"role": "assistant", "content": answer}}]}}
+    attributes = {"rid": rid, "endpoint": "chat_completions", "model": "qwen3", "streaming": True,
+                  "audit_complete": True, "payload": orjson.dumps(payload).decode()}
+    return orjson.dumps({"resourceLogs": [{
+        "resource": {"attributes": [{"key": "service.name", "value": {"stringValue": "dynamo-frontend"}}]},
+        "scopeLogs": [{"scope": {"name": "dynamo.payload"}, "logRecords": [{
+            "observedTimeUnixNano": "1796035710408707042", "severityText": "INFO",
+            "body": {"stringValue": "openai.chat_completion"},
+            "attributes": [{"key": k, "value": {"boolValue": v} if isinstance(v, bool) else {"stringValue": v}}
+                           for k, v in attributes.items()]}]}]}]})
+
+
+def test_a_dynamo_audit_record_joins_its_request_without_its_text(tj, tmp_path):
+    rid = "92224e18-6e5e-45be-945f-40267759d235"
+    line = dynamo_audit_line(rid, f"chatcmpl-{rid}", "the secret prompt", "the secret answer")
+    [record] = otlp_json.LineParser().parse(line)
+    assert {("internal_id", rid), ("reply_id", f"chatcmpl-{rid}")} <= {(k, v) for k, v, _ in record.ids}
+    assert "secret" not in orjson.dumps(record.attrs).decode()
+    assert record.attrs["payload"]["response"] == {"id": f"chatcmpl-{rid}", "model": "qwen3",
+                                                   "usage": {"prompt_tokens": 9, "completion_tokens": 3},
+                                                   "finish_reasons": ["stop"]}
+    assert record.attrs["content_chars"]["payload"] > 0
+    [kept] = otlp_json.LineParser(keep_content=True).parse(line)
+    assert "the secret prompt" in kept.attrs["payload"]
+
+    (tmp_path / "audit.otlp.jsonl").write_bytes(line + b"\n")
+    (tmp_path / "frontend.jsonl").write_text(orjson.dumps({
+        "time": "2026-11-30T10:48:30.100000Z", "level": "INFO", "target": "dynamo_llm::http::service::openai",
+        "message": "request received", "request_id": rid, "span_name": "http-request"}).decode() + "\n")
+    assert tj("ingest", tmp_path).code == 0
+    [request] = tj("lookup", f"chatcmpl-{rid}", "--json").json()["requests"]
+    assert sorted(r["source"] for r in request["records"]) == ["dynamo_jsonl", "otlp_json"]
