@@ -39,7 +39,8 @@ _STORED_COLUMNS = (
     "record_id", "time_ns", "worker", "role", "entry", "trace_id", "span_id", "parent_span_id",
     "steady_s", "source", "kind", "level", "name", "duration_ns", "status", "attrs", "origin_id", "offset", "seq",
 )
-_FACTS = ("failed", "error_text", "http_status", "disconnected", "request_ms", "ttfb_ms", "router_queue_ms", "queue_ms", "kv_transfer_ms", "ttft_ms", "e2e_ms")
+_FACTS = ("failed", "error_text", "http_status", "disconnected", "request_ms", "ttfb_ms", "router_queue_ms", "queue_ms",
+          "kv_transfer_ms", "ttft_ms", "e2e_ms", "prefill_ms", "decode_ms", "coordinator_ms")
 RECORD_COLUMNS = (*_STORED_COLUMNS, *_FACTS)
 _SELECT_RECORDS = ", ".join(f'"{c}"' for c in _STORED_COLUMNS) + ", " + record_contract.columns(*_FACTS)
 

@@ -293,6 +293,12 @@ def _phases(rows: list[dict]) -> list[dict]:
                 measured.append((phase, 0.0, row[fact]))
         if row["ttft_ms"] is not None and row["e2e_ms"] is not None:
             measured.append(("decode", row["ttft_ms"], row["e2e_ms"]))
+        if row["prefill_ms"] is not None:  # a proxy's legs, one after the other
+            measured.append(("prefill", 0.0, row["prefill_ms"]))
+            if row["decode_ms"] is not None:
+                measured.append(("decode", row["prefill_ms"], row["prefill_ms"] + row["decode_ms"]))
+        if row["coordinator_ms"] is not None:
+            measured.append(("coordinator overhead", 0.0, row["coordinator_ms"]))
         for phase, begin_ms, end_ms in measured:
             if (row["worker"], phase) in seen or end_ms <= begin_ms:
                 continue

@@ -48,6 +48,12 @@ FACTS = (
     Fact("kv_transfer_ms", _ms("kv_transfer_ms"),
          "the KV cache's transfer from the context to the generation worker"),
     Fact("e2e_ms", _ms("e2e_ms"), "arrival to last token, as the record's worker measured it"),
+    Fact("prefill_ms", _ms("prefill_ms"),
+         "the prefill leg of a disaggregated request, as the proxy that sent it measured it (llm-d's sidecar)"),
+    Fact("decode_ms", _ms("decode_ms"),
+         "the decode leg of a disaggregated request, as the proxy that sent it measured it (llm-d's sidecar)"),
+    Fact("coordinator_ms", _ms("coordinator_ms"),
+         "what the proxy itself added between and around the legs (llm-d's sidecar)"),
     Fact("request_ms", f"CASE WHEN entry OR name IN {_WHOLE_REQUEST} THEN duration_ns / 1e6 END",
          "the whole request, as the tier that took it measured it"),
     Fact("http_status", f"CASE WHEN name IN {_ANSWERS} OR (kind = 'span' AND entry "

@@ -54,6 +54,18 @@ _TRTLLM_LATENCIES = {
     "gen_ai.latency.kv_cache_transfer_time": "kv_transfer_ms",
 }
 
+# llm-d's P/D sidecar (llm-d/llm-d-router, pkg/sidecar/proxy): a request span with a `prefill` and a
+# `decode` child. It adds its own `x-request-id` (a UUID) to both legs, which vLLM then names both
+# replies after (`chatcmpl-<uuid>`, whose UUID is the request's internal id): that id joins them.
+_LLM_D_PROXY_SPAN = "llm_d.pd_proxy.request"
+_LLM_D_PREFIX = "llm_d.pd_proxy."
+_LLM_D_TIMES = {
+    "true_ttft_ms": "ttft_ms",
+    "prefill_duration_ms": "prefill_ms",
+    "decode_duration_ms": "decode_ms",
+    "coordinator_overhead_ms": "coordinator_ms",
+}
+
 # protobuf's JSON mapping leaves out an empty key, so an attribute whose key is "" has none.
 NO_KEY = "attribute without a key"
 
@@ -452,6 +464,8 @@ class LineParser:
         attrs, content = self._without_content(span.attrs)
         if span.name == _TRTLLM_DISAGG_SPAN:
             role = role or "router"
+        elif span.name == _LLM_D_PROXY_SPAN:
+            role = role or "proxy"
         start, end = span.start_ns, span.end_ns
         record = Record(
             kind="span",
@@ -476,7 +490,7 @@ class LineParser:
         # Events keep their name and time (and an exception what it says; span_event).
         extra = {"span_kind": _SPAN_KINDS.get(span.kind, str(span.kind)), "scope": span.scope,
                  "status_message": span.status_message, "events": span.events, CONTENT_CHARS: content,
-                 **_trtllm_span_attrs(attrs)}
+                 **_trtllm_span_attrs(attrs), **_llm_d_span_attrs(record, attrs)}
         record.attrs = {**attrs, **{k: v for k, v in extra.items() if v is not None}}
         return record
 
@@ -609,6 +623,24 @@ def _trtllm_span_attrs(attrs: dict) -> dict:
             reasons = None
     if isinstance(reasons, list) and reasons and all(isinstance(r, str) for r in reasons):
         out["finish_reason"] = ",".join(reasons)
+    return out
+
+
+def _llm_d_span_attrs(record: Record, attrs: dict) -> dict:
+    """llm-d's P/D sidecar request span in the record contract's terms: its times (ms) under the
+    contract's names; its request id, the UUID both legs carry, as the request's internal id."""
+    if record.name != _LLM_D_PROXY_SPAN:
+        return {}
+    request_id = attrs.get(_LLM_D_PREFIX + "request_id")
+    if isinstance(request_id, str) and UUID_RE.match(request_id):
+        record.add_id(INTERNAL_ID, request_id.lower())
+    elif isinstance(request_id, str):
+        record.add_id(X_REQUEST_ID, request_id)
+    out = {}
+    for key, name in _LLM_D_TIMES.items():
+        value = attrs.get(_LLM_D_PREFIX + key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and value >= 0:
+            out[name] = value
     return out
 
 

@@ -252,3 +252,51 @@ def test_vllm_spans_join_its_logs_by_the_external_id(tj, tmp_path):
     [request] = tj("lookup", "cmpl-77ab01c2d3e4f5a6", "--json").json()["requests"]
     assert sorted(r["source"] for r in request["records"]) == ["otlp_json", "vllm_log"]
     assert "vllm-0:4182" in {w["worker"] for w in request["workers"]}
+
+
+def llm_d_sidecar_spans(request_id: str, prefill: str, decode: str) -> list:
+    """A request through llm-d's P/D sidecar (llm-d/llm-d-router, `pkg/sidecar/proxy`): its request
+    span, with a `prefill` and a `decode` child, and the attributes it sets on each. The sidecar is
+    Go and cannot run here; its spans are made with the real SDK as it names them."""
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource({"service.name": "llm-d-routing-sidecar",
+                                                 "k8s.pod.name": "qwen3-decode-7c9d-m4x2z"}))
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer("llm-d-routing-sidecar")
+    p = "llm_d.pd_proxy."
+    with tracer.start_as_current_span("llm_d.pd_proxy.request", kind=SpanKind.SERVER) as span:
+        span.set_attributes({p + "request_id": request_id, p + "prefill_target": prefill, p + "connector": "nixlv2",
+                             p + "total_duration_ms": 412.0, p + "true_ttft_ms": 61.5, p + "prefill_duration_ms": 55.0,
+                             p + "decode_duration_ms": 350.0, p + "coordinator_overhead_ms": 7.0})
+        with tracer.start_as_current_span("prefill") as leg:
+            leg.set_attributes({p + "prefill.status_code": 200, p + "prefill.duration_ms": 55.0})
+        with tracer.start_as_current_span("decode") as leg:
+            leg.set_attributes({p + "decode.streaming": True, p + "decode.target": decode, p + "decode.duration_ms": 350.0})
+    provider.shutdown()
+    return memory.get_finished_spans()
+
+
+def test_llm_ds_sidecar_joins_vllms_prefill_and_decode_and_says_where_the_time_went(tj, tmp_path):
+    """The sidecar adds its own x-request-id (a UUID) to both legs; vLLM names each leg's reply after
+    it (`chatcmpl-<uuid>`). The sidecar's span, the prefill server's lines and the decode server's
+    are one request, and the sidecar's times are its phases."""
+    uuid = "6f1c2a8e-3d4b-11ef-9b1e-0a7d2f5e8c11"  # uuid.NewUUID(): version 1
+    reply = f"chatcmpl-{uuid}"
+    write_log(tmp_path / "prefill-0.log", [
+        line(f"Received request {reply}: params: SamplingParams(n=1, max_tokens=1), lora_request: None.", pid=100),
+        line(f"Added request {reply}-11111111.", pid=100)])
+    write_log(tmp_path / "decode-0.log", [
+        line(f"Received request {reply}: params: SamplingParams(n=1, max_tokens=64), lora_request: None.", pid=200),
+        line(f"Added request {reply}-22222222.", pid=200)])
+    write_protobuf_json(tmp_path / "sidecar.otlp.jsonl", llm_d_sidecar_spans(uuid, "10.0.0.5:8000", "localhost:8200"))
+    assert tj("ingest", tmp_path).code == 0
+    for query in (reply, uuid):
+        found = tj("lookup", query, "--json").json()
+        assert found["matched"] == 1
+        [request] = found["requests"]
+        assert sorted(w["worker"] for w in request["workers"]) == ["decode-0:200", "prefill-0:100", "qwen3-decode-7c9d-m4x2z"]
+        assert sorted(r["name"] for r in request["records"] if r["kind"] == "span") == [
+            "decode", "llm_d.pd_proxy.request", "prefill"]
+        phases = {p["phase"]: p["duration_ms"] for p in request["phases"] if p["worker"] == "qwen3-decode-7c9d-m4x2z"}
+        assert phases == {"end to end": pytest.approx(phases["end to end"]), "to first token": 61.5, "prefill": 55.0,
+                          "decode": 350.0, "coordinator overhead": 7.0}
