@@ -384,8 +384,9 @@ def demo(
     folder: str = typer.Option("tracejoin-demo", help="Where each run writes its records, in a folder of its own."),
     dynamo: bool = typer.Option(False, "--dynamo", help="A real NVIDIA Dynamo deployment instead, with trace-join "
                                 "collect and proxy beside it (Dynamo is installed on first use, in a minute or two)."),
-    engine: str = typer.Option("trtllm", "--engine", click_type=click.Choice(["trtllm", "vllm", "sglang"]),
-                               help="Whose records the simulated deployment writes: TensorRT-LLM's, vLLM's or SGLang's."),
+    engine: str = typer.Option("trtllm", "--engine", click_type=click.Choice(["trtllm", "vllm", "sglang", "llm-d"]),
+                               help="Whose records the simulated deployment writes: TensorRT-LLM's, vLLM's, SGLang's, "
+                                    "or llm-d's P/D sidecar's in front of vLLM's."),
 ):
     """Run a disaggregated deployment on loopback, send it requests, ingest what it recorded and look a
     reply up. With --dynamo, look replies up live, through the collector."""
@@ -408,6 +409,8 @@ def demo(
         from tracejoin.cli.demo.vllm_demo import run_vllm_demo as run_demo
     elif engine == "sglang":
         from tracejoin.cli.demo.sglang_demo import run_sglang_demo as run_demo
+    elif engine == "llm-d":
+        from tracejoin.cli.demo.llm_d_demo import run_llm_d_demo as run_demo
     with _open(db, read_only=False) as store:
         try:
             run_demo(store, folder)

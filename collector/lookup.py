@@ -184,20 +184,30 @@ def _guess_kind(query: str) -> str:
     return X_REQUEST_ID
 
 
+def _attrs(node) -> dict:
+    attrs = node.record.get("attrs")
+    return orjson.loads(attrs) if isinstance(attrs, (str, bytes)) else attrs or {}
+
+
 def _request_json(graph: IdGraph, request) -> dict:
     nodes = [graph.nodes[r] for r in request.record_ids]
     ids: dict[str, list] = {k: [] for k in _SHOWN_ID_KINDS}
     engine: list[dict] = []
+    owners: dict[str, list] = {}  # vLLM engine id -> the records carrying it
     for n in sorted(nodes, key=lambda n: (n.time_ns or 0, n.record_id)):
         for kind, value, scope in n.ids:
             if kind == ENGINE_REQUEST_ID:
-                if scope == VLLM_ENGINE_SCOPE:  # no process: shown on the first record's (its engine's)
-                    if not any(e["id"] == value for e in engine):
-                        engine.append({"worker": n.worker, "id": value})
+                if scope == VLLM_ENGINE_SCOPE:
+                    owners.setdefault(value, []).append(n)
                 elif (entry := {"worker": scope or n.worker, "id": value}) not in engine:
                     engine.append(entry)
             elif kind in ids and value not in ids[kind]:
                 ids[kind].append(value)
+    # A vLLM engine id is scoped to no process: it is shown on the process that ran it, the first
+    # to name it other than a decode server naming its prefill's (`remote_request_id`).
+    for value, carriers in owners.items():
+        own = [n for n in carriers if _attrs(n).get("remote_request_id") != value] or carriers
+        engine.append({"worker": own[0].worker, "id": value})
     ids[ENGINE_REQUEST_ID] = engine
 
     rows = _record_rows(graph, request.record_ids)

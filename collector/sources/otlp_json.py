@@ -464,8 +464,6 @@ class LineParser:
         attrs, content = self._without_content(span.attrs)
         if span.name == _TRTLLM_DISAGG_SPAN:
             role = role or "router"
-        elif span.name == _LLM_D_PROXY_SPAN:
-            role = role or "proxy"
         start, end = span.start_ns, span.end_ns
         record = Record(
             kind="span",
@@ -655,6 +653,8 @@ def _role_of_spans(spans: list[Span]) -> str | None:
     for span in spans:
         if span.scope == _SGLANG_SCOPE and (m := _SGLANG_ROOT.match(span.name or "")):
             return {"prefill": "prefill", "decode": "decode"}.get(m.group(1), "agg")
+        if any(key.startswith(_LLM_D_PREFIX) for key in span.attrs):  # llm-d's P/D sidecar: its request, its legs
+            return "proxy"
         if _SPAN_KINDS.get(span.kind) != "server":
             continue
         if "http.request.method" in span.attrs or "http.method" in span.attrs:
