@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import orjson
@@ -388,27 +389,40 @@ def _record_rows(graph: IdGraph, record_ids) -> list[dict]:
 SAME_EVENT_NS = 20_000_000
 
 
+# The `key=value` fields Rust's tracing text format writes after a message, which an OTLP log record
+# of the same event holds as attributes.
+_FIELDS_AFTER = re.compile(r'(?:\s+[A-Za-z_][\w.]*=(?:"(?:[^"\\]|\\.)*"|\S+))+$')
+
+
 def _one_event_once(rows: list[dict]) -> list[dict]:
     """The records with each event once: one that reached the store by two paths is shown once,
-    in the place of the first, as the one of them that holds the most attributes, its `also`
-    naming the others. A span is one event under its trace and span id, however often it was
-    exported; a log record is the one of another source with the same worker, span and message
-    within SAME_EVENT_NS (Dynamo writes every log line to its JSONL file and to its OTLP export)."""
+    in the place of the first, as the one of them that names its worker and holds the most
+    attributes, its `also` naming the others. A span is one event under its trace and span id,
+    however often it was exported; a log record is the one of another source with the same
+    message within SAME_EVENT_NS, of the same worker and span, or of a worker or span one of them
+    does not name, in no other role (Dynamo writes every log line to its console, as JSONL or as
+    text, and to its OTLP export, whose record names neither the text's worker nor its span)."""
     shown: list[dict] = []
     events: dict[tuple, list[int]] = {}  # the places in `shown` of the events of a span or a message
 
     def same_event(kept: dict, row: dict) -> bool:
         if row["kind"] == "span":
             return True
-        return (kept["source"] != row["source"] and row["source"] not in {o["source"] for o in kept["also"]}
-                and abs(kept["time_ns"] - row["time_ns"]) <= SAME_EVENT_NS)
+        if kept["source"] == row["source"] or row["source"] in {o["source"] for o in kept["also"]}:
+            return False
+        if abs(kept["time_ns"] - row["time_ns"]) > SAME_EVENT_NS:
+            return False
+        if (kept["worker"], kept["span_id"]) == (row["worker"], row["span_id"]):
+            return True
+        unnamed = None in (kept["worker"], row["worker"]) or None in (kept["span_id"], row["span_id"])
+        return unnamed and (None in (kept["role"], row["role"]) or kept["role"] == row["role"])
 
     for row in rows:
         row["also"] = []
         if row["kind"] == "span" and row["trace_id"] and row["span_id"]:
             key = ("span", row["trace_id"], row["span_id"])
         elif row["kind"] == "log" and row["time_ns"] is not None:
-            key = ("log", row["worker"], row["span_id"], row["name"])
+            key = ("log", _FIELDS_AFTER.sub("", row["name"] or ""))
         else:
             shown.append(row)
             continue
@@ -418,7 +432,7 @@ def _one_event_once(rows: list[dict]) -> list[dict]:
             shown.append(row)
             continue
         kept = shown[place]
-        if len(row["attrs"]) > len(kept["attrs"]):
+        if (row["worker"] is not None, len(row["attrs"])) > (kept["worker"] is not None, len(kept["attrs"])):
             row["also"], kept["also"] = [*kept["also"], kept], []
             shown[place] = row
         else:

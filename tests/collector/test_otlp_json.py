@@ -289,3 +289,32 @@ def test_a_dynamo_audit_record_joins_its_request_without_its_text(tj, tmp_path):
     assert tj("ingest", tmp_path).code == 0
     [request] = tj("lookup", f"chatcmpl-{rid}", "--json").json()["requests"]
     assert sorted(r["source"] for r in request["records"]) == ["dynamo_jsonl", "otlp_json"]
+
+
+def test_dynamos_readable_console_and_its_otlp_log_records_show_each_event_once(tj, tmp_path):
+    """Dynamo 1.6 exports OTLP log records beside a readable (text) console (ai-dynamo/dynamo#10817):
+    each event reaches the store twice, the text line naming neither the process nor the span, the
+    OTLP record its fields as attributes, not after the message. Lookup shows each event once."""
+    rid = "92224e18-6e5e-45be-945f-40267759d235"
+    scope = f"http-request{{method=POST uri=/v1/chat/completions version=HTTP/1.1 request_id={rid}}}"
+    (tmp_path / "frontend.log").write_text(
+        f"2026-11-30T10:48:30.100000Z  INFO {scope}: dynamo_llm::http::service::openai: request received\n"
+        f"2026-11-30T10:48:30.300000Z  INFO {scope}: dynamo_llm::http::service::metrics: request completed "
+        f"elapsed_ms=200\n")
+
+    def exported(ns: int, message: str, **fields) -> dict:
+        attributes = {"request_id": rid, **fields}
+        return {"observedTimeUnixNano": str(ns), "severityText": "INFO", "body": {"stringValue": message},
+                "attributes": [{"key": k, "value": {"stringValue": v}} for k, v in attributes.items()],
+                "traceId": "ca46679c4b7a18a186e86c72d66929df", "spanId": "c8f7db120d18136c"}
+
+    (tmp_path / "frontend.otlp.jsonl").write_bytes(orjson.dumps({"resourceLogs": [{
+        "resource": {"attributes": [{"key": "service.name", "value": {"stringValue": "dynamo-frontend"}}]},
+        "scopeLogs": [{"scope": {"name": "dynamo_llm::http::service"}, "logRecords": [
+            exported(1796035710100004000, "request received"),
+            exported(1796035710300005000, "request completed", elapsed_ms="200")]}]}]}) + b"\n")
+    assert tj("ingest", tmp_path).code == 0
+    [request] = tj("lookup", rid, "--json").json()["requests"]
+    assert [(r["summary"].split(" · ")[0], r["worker"], [a["source"] for a in r["also"]]) for r in request["records"]] == [
+        ("request received", "dynamo-frontend", ["dynamo_jsonl"]),
+        ("request completed", "dynamo-frontend", ["dynamo_jsonl"])]
