@@ -18,25 +18,16 @@ from tracejoin.cli import render
 from tracejoin.collector.store import Store
 
 from . import run_simulated
-from .deployment import Processes, Server
 from .traffic import Sent, chat, completion
-from .vllm_server import FAILING_PROMPT, MODEL, service_log
+from .vllm_demo import VllmDeployment
+from .vllm_server import FAILING_PROMPT, MODEL
 
-NAMES = ("sidecar", "prefill-0", "prefill-1", "decode-0", "decode-1")
 
+class LlmDDeployment(VllmDeployment):
+    """The vLLM demo's servers, behind the sidecar instead of vLLM's proxy."""
 
-class LlmDDeployment(Processes):
-    names = NAMES
+    names = ("sidecar", "prefill-0", "prefill-1", "decode-0", "decode-1")
     module = "tracejoin.cli.demo.llm_d_sidecar"
-
-    def options(self, name: str, addresses: dict[str, str]) -> list[str]:
-        if name == "sidecar":
-            return ["--name", name] + [arg for server in NAMES[1:] for arg in
-                                       (f"--{server.split('-')[0]}", addresses[server])]
-        return ["--name", f"vllm-{name}"]
-
-    def log_of(self, server: Server) -> Path:
-        return service_log(self.out, f"vllm-{server.name}")
 
 
 # The client's own x-request-id reaches vLLM (the sidecar adds its own after it): vLLM names the reply

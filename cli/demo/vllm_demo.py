@@ -30,8 +30,8 @@ class VllmDeployment(Processes):
     module = "tracejoin.cli.demo.vllm_server"
 
     def options(self, name: str, addresses: dict[str, str]) -> list[str]:
-        if name == "proxy":
-            return ["--name", name] + [arg for server in NAMES[1:] for arg in
+        if name == self.names[0]:  # the entry, told where the servers are
+            return ["--name", name] + [arg for server in self.names[1:] for arg in
                                        (f"--{server.split('-')[0]}", addresses[server])]
         return ["--name", f"vllm-{name}"]
 
