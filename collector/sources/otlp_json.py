@@ -40,10 +40,10 @@ CONTENT_FROM_USER = True
 # SGLang's spans: their scope, and the name of a request's root span (`<role> Req <rid's 8 chars>`,
 # the role empty on a server that answers alone).
 _SGLANG_SCOPE = "sglang server"
+_SGLANG_ROOT = re.compile(r"^(prefill|decode|) Req \S+$")
 # Dynamo's audit sink (ai-dynamo/dynamo#9390): a log record a completed chat request, its body
 # `openai.chat_completion`, attributes `rid` (Dynamo's request id), `payload` (the request and reply).
 _DYNAMO_AUDIT_SCOPE = "dynamo.payload"
-_SGLANG_ROOT = re.compile(r"^(prefill|decode|) Req \S+$")
 
 # TensorRT-LLM's disaggregated server names its one span so, with no attributes.
 _TRTLLM_DISAGG_SPAN = "disaggregated_request"
@@ -449,7 +449,7 @@ class LineParser:
             worker = names[0]
             self.aliases.update((name, worker) for name in names[1:] if name != worker)
         else:
-            worker = next((_dynamo_instance(span) for span in spans if _dynamo_instance(span)), None)
+            worker = next(filter(None, map(_dynamo_instance, spans)), None)
             if worker is not None:
                 role = role or _role_of_service(worker.split(":")[0])
             elif service in self._identity_by_service:
