@@ -213,6 +213,9 @@ class Reader:
         """A line of the readable format: `<time>  <LEVEL> <span scope>: <target>: <message> <fields>`."""
         m = _READABLE.match(text)
         event = tracing_fmt.parse(m.group(3))
+        # what names the process, as a JSON line would give it: the message and its fields, the spans'
+        self._learn_identity({"message": event.message, **{k: v for _, fields in event.spans for k, v in fields.items()},
+                              **event.fields}, event.target or "", event.spans[-1][0] if event.spans else None)
         record = Record(kind="log", time_ns=iso_to_ns(m.group(1)), level=m.group(2),
                         name=event.message[:2000])
         attrs = {"target": event.target} if event.target else {}

@@ -315,6 +315,7 @@ def test_dynamos_readable_console_and_its_otlp_log_records_show_each_event_once(
             exported(1796035710300005000, "request completed", elapsed_ms="200")]}]}]}) + b"\n")
     assert tj("ingest", tmp_path).code == 0
     [request] = tj("lookup", rid, "--json").json()["requests"]
-    assert [(r["summary"].split(" · ")[0], r["worker"], [a["source"] for a in r["also"]]) for r in request["records"]] == [
-        ("request received", "dynamo-frontend", ["dynamo_jsonl"]),
-        ("request completed", "dynamo-frontend", ["dynamo_jsonl"])]
+    assert [(r["name"].split(" elapsed")[0], r["role"], {r["source"], *(a["source"] for a in r["also"])})
+            for r in request["records"]] == [("request received", "frontend", {"dynamo_jsonl", "otlp_json"}),
+                                             ("request completed", "frontend", {"dynamo_jsonl", "otlp_json"})]
+    assert [w["role"] for w in request["workers"]] == ["frontend"]  # the text's process: its http-request span
