@@ -182,4 +182,7 @@ def test_one_server_pod_is_one_worker_whatever_names_it(tj, tmp_path, monkeypatc
     [request] = tj("lookup", RID_D, "--json").json()["requests"]
     assert sorted((w["worker"], w["role"], w["records"]) for w in request["workers"]) == [
         ("qwen3-decode-0", "decode", 4), ("qwen3-prefill-0", "prefill", 4)]  # two log lines, a metrics row, a span
+    by_worker = tj("coverage", "--json", "--since", "2000-01-01T00:00:00Z").json()["by_worker"]  # the same workers
+    assert sorted((w["worker"], w["role"], w["records"]) for w in by_worker) == [
+        ("qwen3-decode-0", "decode", 4), ("qwen3-prefill-0", "prefill", 4)]
     assert {r["source"] for r in request["records"]} == {"sglang_log", "sglang_metrics", "otlp_json"}
