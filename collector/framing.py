@@ -123,61 +123,51 @@ def _timed(framed: Framed, by: str, stamp, **values) -> None:
                 time_by=by if time_ns is not None else None, **values)
 
 
+def _take(framed: Framed, pattern: re.Pattern) -> re.Match | None:
+    """The pattern's match at the start of the line, taken off it; None, the line as it was."""
+    m = pattern.match(framed.text)
+    if m is not None:
+        framed.text = framed.text[m.end():]
+    return m
+
+
 def _cri(framed: Framed) -> bool:
-    m = _CRI.match(framed.text)
-    if m is None:
-        return False
-    framed.text = framed.text[m.end():]
-    _timed(framed, "kubelet", m.group(1), stream=m.group(2), partial=True if m.group(3) == "P" else None)
-    return True
+    if m := _take(framed, _CRI):
+        _timed(framed, "kubelet", m.group(1), stream=m.group(2), partial=True if m.group(3) == "P" else None)
+    return m is not None
 
 
 def _timestamped(framed: Framed) -> bool:
-    m = _TIMESTAMPED.match(framed.text)
-    if m is None:
-        return False
-    framed.text = framed.text[m.end():]
-    _timed(framed, "timestamps", m.group(1))
-    return True
+    if m := _take(framed, _TIMESTAMPED):
+        _timed(framed, "timestamps", m.group(1))
+    return m is not None
 
 
 def _kubectl_prefix(framed: Framed) -> bool:
-    m = _KUBECTL_PREFIX.match(framed.text)
-    if m is None:
-        return False
-    framed.text = framed.text[m.end():]
-    framed.note("kubectl", pod=m.group(1), container=m.group(2))
-    return True
+    if m := _take(framed, _KUBECTL_PREFIX):
+        framed.note("kubectl", pod=m.group(1), container=m.group(2))
+    return m is not None
 
 
 def _compose(framed: Framed) -> bool:
-    m = _COMPOSE.match(framed.text)
-    if m is None:
-        return False
-    framed.text = framed.text[m.end():]
-    framed.note("compose", service=m.group(1))
-    return True
+    if m := _take(framed, _COMPOSE):
+        framed.note("compose", service=m.group(1))
+    return m is not None
 
 
 def _launcher(framed: Framed) -> bool:
-    if m := _SRUN_LABEL.match(framed.text):
+    if m := _take(framed, _SRUN_LABEL):
         framed.note("srun", rank=int(m.group(1)))
-    elif m := _MPIRUN_TAG.match(framed.text):
+    elif m := _take(framed, _MPIRUN_TAG):
         framed.note("mpirun", rank=int(m.group(2)), stream=m.group(3))
-    else:
-        return False
-    framed.text = framed.text[m.end():]
-    return True
+    return m is not None
 
 
 def _journald(framed: Framed) -> bool:
-    m = _JOURNALD.match(framed.text)
-    if m is None:
-        return False
-    framed.text = framed.text[m.end():]
-    framed.note("journald", journal_time=m.group(1), host=m.group(2), unit=m.group(3),
-                pid=int(m.group(4)) if m.group(4) else None)
-    return True
+    if m := _take(framed, _JOURNALD):
+        framed.note("journald", journal_time=m.group(1), host=m.group(2), unit=m.group(3),
+                    pid=int(m.group(4)) if m.group(4) else None)
+    return m is not None
 
 
 # Tried in this order, and again from the first after each one that took something off. A line
