@@ -221,15 +221,14 @@ class IdGraph:
         """Lines that name one of a request's keys in their text, read by no source as an id (a
         `token` label, tokens.py), are shown with the request: what grep of its ids finds. They
         join nothing: a line that names two requests' ids is shown with each."""
-        shown: set[int] = set()
+        keys = {q.request_id: {v for r in q.record_ids for _, v, _ in self.nodes[r].keys()} for q in requests}
+        self.rows_for(set().union(*keys.values()))  # the walk read most of them already
+        mentions = {q.request_id: {r for v in keys[q.request_id] for r, kind, _ in self._rows[v] if kind == TOKEN}
+                    - q.record_ids for q in requests}
+        shown: set[int] = set().union(*mentions.values())
+        self.load(shown)
         for q in requests:
-            values = {v for r in q.record_ids for _, v, _ in self.nodes[r].keys()}
-            self.rows_for(values)
-            mentions = {r for v in values for r, kind, _ in self._rows[v] if kind == TOKEN} - q.record_ids
-            if mentions:
-                self.load(mentions)
-                q.record_ids |= mentions
-                shown |= mentions
+            q.record_ids |= mentions[q.request_id]
         # the lines naming it that are now shown with a request need no request of their own
         return [q for q in requests if not (q.record_ids <= shown and self._only_tokens(q))]
 
