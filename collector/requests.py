@@ -78,6 +78,8 @@ WITH traces AS (
     SELECT DISTINCT hash(i.kind, i.value, i.scope) AS key, {_hashed('r.trace_id')} AS trace
     FROM build_ids i JOIN build_records r USING (record_id)
     WHERE r.entry AND r.trace_id IS NOT NULL AND {_KEY_FILTER}
+), untraced_entries AS (
+    SELECT record_id FROM build_records WHERE entry AND trace_id IS NULL AND worker IS NOT NULL
 ), untraced AS (
     -- An entry tier writes one entry record a request: untraced entry records of one worker that
     -- carry one key are as many requests (two clients that send vLLM one X-Request-Id get one reply
@@ -87,9 +89,10 @@ WITH traces AS (
     SELECT DISTINCT hash(i.kind, i.value, i.scope) AS key, {_hashed('r.worker')} AS worker, r.record_id,
            own.internal
     FROM build_ids i JOIN build_records r USING (record_id)
-    LEFT JOIN (SELECT record_id, min(hash(value)) AS internal FROM build_ids WHERE kind = '{INTERNAL_ID}'
+    LEFT JOIN (SELECT record_id, min(hash(value)) AS internal FROM build_ids
+               WHERE kind = '{INTERNAL_ID}' AND record_id IN (SELECT record_id FROM untraced_entries)
                GROUP BY record_id) own USING (record_id)
-    WHERE r.entry AND r.trace_id IS NULL AND r.worker IS NOT NULL AND {_KEY_FILTER}
+    WHERE r.record_id IN (SELECT record_id FROM untraced_entries) AND {_KEY_FILTER}
 )
 SELECT key FROM traces GROUP BY key HAVING count(trace) > 1
 UNION SELECT key FROM untraced GROUP BY key, worker, internal HAVING count(record_id) > 1
