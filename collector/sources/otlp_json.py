@@ -55,9 +55,9 @@ _TRTLLM_LATENCIES = {
 }
 
 # llm-d's P/D sidecar (llm-d/llm-d-router, pkg/sidecar/proxy): a request span with a `prefill` and a
-# `decode` child. It adds its own `x-request-id` (a UUID) to both legs, which vLLM then names both
-# replies after (`chatcmpl-<uuid>`, whose UUID is the request's internal id): that id joins them.
-_LLM_D_PROXY_SPAN = "llm_d.pd_proxy.request"
+# `decode` child, its attributes under this prefix. It adds its own `x-request-id` (a UUID, its
+# `request_id`) to both legs, which vLLM then names both replies after (`chatcmpl-<uuid>`, whose
+# UUID is the request's internal id): that id joins them.
 _LLM_D_PREFIX = "llm_d.pd_proxy."
 _LLM_D_TIMES = {
     "true_ttft_ms": "ttft_ms",
@@ -78,6 +78,7 @@ _ID_ATTRIBUTES = {
     "request_id": INTERNAL_ID,  # Dynamo
     "x_dynamo_request_id": INTERNAL_ID,  # Dynamo before PR #7834
     "rid": INTERNAL_ID,  # Dynamo request-trace rows sent as OTLP logs
+    "llm_d.pd_proxy.request_id": INTERNAL_ID,  # llm-d's P/D sidecar: the UUID it sends both legs
     "x_request_id": X_REQUEST_ID,
     "http.request.header.x-request-id": X_REQUEST_ID,
     "gen_ai.response.id": REPLY_ID,
@@ -488,7 +489,7 @@ class LineParser:
         # Events keep their name and time (and an exception what it says; span_event).
         extra = {"span_kind": _SPAN_KINDS.get(span.kind, str(span.kind)), "scope": span.scope,
                  "status_message": span.status_message, "events": span.events, CONTENT_CHARS: content,
-                 **_trtllm_span_attrs(attrs), **_llm_d_span_attrs(record, attrs)}
+                 **_trtllm_span_attrs(attrs), **_llm_d_span_attrs(attrs)}
         record.attrs = {**attrs, **{k: v for k, v in extra.items() if v is not None}}
         return record
 
@@ -624,16 +625,8 @@ def _trtllm_span_attrs(attrs: dict) -> dict:
     return out
 
 
-def _llm_d_span_attrs(record: Record, attrs: dict) -> dict:
-    """llm-d's P/D sidecar request span in the record contract's terms: its times (ms) under the
-    contract's names; its request id, the UUID both legs carry, as the request's internal id."""
-    if record.name != _LLM_D_PROXY_SPAN:
-        return {}
-    request_id = attrs.get(_LLM_D_PREFIX + "request_id")
-    if isinstance(request_id, str) and UUID_RE.match(request_id):
-        record.add_id(INTERNAL_ID, request_id.lower())
-    elif isinstance(request_id, str):
-        record.add_id(X_REQUEST_ID, request_id)
+def _llm_d_span_attrs(attrs: dict) -> dict:
+    """llm-d's P/D sidecar request span's times (ms) under the record contract's names."""
     out = {}
     for key, name in _LLM_D_TIMES.items():
         value = attrs.get(_LLM_D_PREFIX + key)
