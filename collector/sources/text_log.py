@@ -87,7 +87,7 @@ class TextLines:
         self._plain = PlainText(path, worker=worker, tz=tz)
         self._used: dict[str, None] = dict.fromkeys([first] if first else [])  # formats read, first first
         self._last: Record | None = None  # the record of the line before, which an untimed line continues
-        self._last_name: str | None = None  # the format that claimed the last line one claimed
+        self._order = list(self._readers)  # the formats as tried: the last to claim a line by its header first
         self._headed = False  # the line before had a header of its own (it continued none)
 
     # -- what ingest reads of a file's parser ------------------------------------------------------
@@ -231,11 +231,13 @@ class TextLines:
         """The format that reads the line, the line as it reads it, and whether it knew the line by
         its words rather than its header; (None, line, False): no format's."""
         text = framed.text
-        order = ([self._last_name] if self._last_name else []) + [n for n in self._readers if n != self._last_name]
+        order = self._order
         if MAY_BE_TIMED.search(text):  # else no format's header starts it (a traceback's frame)
             for name in order:
                 if self._readers[name].claims(text):
-                    self._last_name = name
+                    if name != order[0]:
+                        order.remove(name)
+                        order.insert(0, name)
                     self._used[name] = None
                     return name, framed, False
             named = framing.strip_named_pod(framed)
