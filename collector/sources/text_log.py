@@ -87,7 +87,7 @@ class TextLines:
         self._plain = PlainText(path, worker=worker, tz=tz)
         self._used: dict[str, None] = dict.fromkeys([first] if first else [])  # formats read, first first
         self._last: Record | None = None  # the record of the line before, which an untimed line continues
-        self._order = list(self._readers)  # the formats as tried: the last to claim a line by its header first
+        self._order = list(self._readers)  # the formats as tried: the last to claim a line by its header, then the rest in order
         self._headed = False  # the line before had a header of its own (it continued none)
 
     # -- what ingest reads of a file's parser ------------------------------------------------------
@@ -236,8 +236,7 @@ class TextLines:
             for name in order:
                 if self._readers[name].claims(text):
                     if name != order[0]:
-                        order.remove(name)
-                        order.insert(0, name)
+                        self._order = [name, *(n for n in self._readers if n != name)]
                     self._used[name] = None
                     return name, framed, False
             named = framing.strip_named_pod(framed)
