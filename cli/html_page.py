@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from html import escape
 
-from tracejoin.cli.render import origin_text, record_fields, request_heading, request_lines, seconds
+from tracejoin.cli.render import origin_text, record_fields, request_heading, request_lines, seconds, worker_role
 from tracejoin.collector.times import extent
 
 _STYLE = """
@@ -79,7 +79,7 @@ def _request(request: dict, i: int, matched: int) -> str:
             id_rows.append([kind, ", ".join(values)])
     parts.append(_table(["id", "value"], id_rows))
     parts.append(_table(["worker", "role", "records"],
-                        [[w["worker"] or "?", w["role"] or "?", str(w["records"])] for w in request["workers"]]))
+                        [[w["worker"] or "?", worker_role(w), str(w["records"])] for w in request["workers"]]))
     parts.append(_waterfall("Where the time went, as the workers measured it", _phase_lanes(request["phases"])))
     parts.append(_waterfall("Every record on one axis", _record_lanes(records)))
     parts.append("<h3>Every record</h3>")

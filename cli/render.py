@@ -137,6 +137,14 @@ def request_table(rows: list[dict], numbered: bool = False) -> None:
         columns(*request_lines(rows, numbered))
 
 
+def worker_role(worker: dict) -> str:
+    """A worker's role, and whether only its name suggested it (an OTLP service.name such as
+    `dynamo-prefill`), not the process itself."""
+    if not worker["role"]:
+        return "?"
+    return f"{worker['role']} (by its name)" if worker.get("role_from") == "name" else worker["role"]
+
+
 def request_lines(rows: list[dict], numbered: bool = False) -> tuple[list[str], list[list[str]]]:
     """The header and the cells of a table of requests (`requests --json` rows), as text."""
     lines = []
@@ -268,7 +276,7 @@ def lookup_text(result: dict, full: bool = False) -> None:
         workers = []
         for w in request["workers"]:
             own = [seconds(r["time"]) for r in request["records"] if r["worker"] == w["worker"] and r["time"]]
-            workers.append([w["worker"] or "?", w["role"] or "?", str(w["records"]),
+            workers.append([w["worker"] or "?", worker_role(w), str(w["records"]),
                             _offset(min(own), start) if own else "", _offset(max(own), start) if own else ""])
         columns(["worker", "role", "records", "first", "last"], workers)
         _waterfall(request)

@@ -255,8 +255,12 @@ def _request_json(graph: IdGraph, request) -> dict:
             rec["clock"] = f"steady {row['steady_s']:.6f} s, no wall-clock anchor in this request"
             rec["steady_s"] = row["steady_s"]
         records.append(rec)
-        w = workers.setdefault(row["worker"] or "?", {"worker": row["worker"], "role": row["role"], "records": 0})
-        w["role"] = w["role"] or row["role"]  # a log line may not know the role its worker's spans state
+        w = workers.setdefault(row["worker"] or "?", {"worker": row["worker"], "role": None, "role_from": None,
+                                                         "records": 0})
+        # a log line may not know the role its worker's spans state; what a process states of its
+        # role outweighs what its name suggests, and the answer says which it is
+        if row["role"] and (w["role"] is None or (w["role_from"] == "name" and not row["role_by_name"])):
+            w["role"], w["role_from"] = row["role"], "name" if row["role_by_name"] else "stated"
         w["records"] += 1
     # The failure first known (failure_known_ns); of two at once, the one that says why.
     failed = min((row for row in rows if row["failed"]), default=None, key=lambda row: (

@@ -54,6 +54,8 @@ FACTS = (
          "the decode leg of a disaggregated request, as the proxy that sent it measured it (llm-d's sidecar)"),
     Fact("coordinator_ms", _ms("coordinator_ms"),
          "what the proxy itself added between and around the legs (llm-d's sidecar)"),
+    Fact("role_by_name", "attrs->>'role_from' = 'name'",
+         "the record's role was read from its process's name (an OTLP service.name), not stated by it"),
     Fact("request_ms", f"CASE WHEN entry OR name IN {_WHOLE_REQUEST} THEN duration_ns / 1e6 END",
          "the whole request, as the tier that took it measured it"),
     Fact("http_status", f"CASE WHEN name IN {_ANSWERS} OR (kind = 'span' AND entry "

@@ -59,6 +59,7 @@ _TRTLLM_LATENCIES = {
 # `request_id`) to both legs, which vLLM then names both replies after (`chatcmpl-<uuid>`, whose
 # UUID is the request's internal id): that id joins them.
 _LLM_D_PREFIX = "llm_d.pd_proxy."
+_LLM_D_EPP_PREFIX = "llm_d.epp."  # llm-d's endpoint picker: its scheduling spans
 _LLM_D_TIMES = {
     "true_ttft_ms": "ttft_ms",
     "prefill_duration_ms": "prefill_ms",
@@ -416,23 +417,25 @@ class LineParser:
 
     def span_records(self, resource_attrs: dict, spans: list[Span]) -> list[Record]:
         """The records of the spans of one resource."""
-        worker, role = self._identity(resource_attrs, spans)
-        return [self._span(span, worker, role) for span in spans]
+        worker, role, role_from = self._identity(resource_attrs, spans)
+        return [self._span(span, worker, role, role_from) for span in spans]
 
     def log_records(self, resource_attrs: dict, logs: list[Log]) -> list[Record]:
         """The records of the log records of one resource."""
-        worker, role = self._identity(resource_attrs, [])
-        return [self._log(log, worker, role) for log in logs]
+        worker, role, role_from = self._identity(resource_attrs, [])
+        return [self._log(log, worker, role, role_from) for log in logs]
 
-    def _identity(self, attrs: dict, spans: list[Span]) -> tuple[str | None, str | None]:
-        """(worker, role) of the process that exported a resource block: the first name of the
-        process the resource gives, as a person knows it (docs/id-model.md, Worker names); the
-        others it gives become aliases of it (`aliases`), so records that other sources name by
-        them are the same worker's."""
+    def _identity(self, attrs: dict, spans: list[Span]) -> tuple[str | None, str | None, str | None]:
+        """(worker, role, "name" if the role is only read from its name) of the process
+        that exported a resource block: the first name of the process the resource gives, as a
+        person knows it (docs/id-model.md, Worker names); the others it gives become aliases of it
+        (`aliases`), so records that other sources name by them are the same worker's."""
         # The conventions make these text; a resource that gives another type names nothing by it.
         service, role, pod, host, instance = (v if isinstance(v, str) and v else None for v in map(attrs.get, (
             "service.name", "tracejoin.role", "k8s.pod.name", "host.name", "service.instance.id")))
-        role = role or _role_of_service(service) or _role_of_spans(spans)
+        # What the process states (trace-join's middleware; its spans) before what its name suggests.
+        role = role or _role_of_spans(spans)
+        named_role = None if role else _role_of_service(service)
         pid, vllm_pid = (v if isinstance(v, (int, str)) and not isinstance(v, bool) and v != "" else None
                          for v in (attrs.get("process.pid"), attrs.get("vllm.process_id")))
         names = [
@@ -452,16 +455,17 @@ class LineParser:
         else:
             worker = next(filter(None, map(_dynamo_instance, spans)), None)
             if worker is not None:
-                role = role or _role_of_service(worker.split(":")[0])
+                named_role = None if role else named_role or _role_of_service(worker.split(":")[0])
             elif service in self._identity_by_service:
                 return self._identity_by_service[service]
             else:
                 worker = service or instance
+        identity = (worker, named_role, "name") if named_role else (worker, role, None)
         if service:
-            self._identity_by_service[service] = (worker, role)
-        return worker, role
+            self._identity_by_service[service] = identity
+        return identity
 
-    def _span(self, span: Span, worker: str | None, role: str | None) -> Record:
+    def _span(self, span: Span, worker: str | None, role: str | None, role_from: str | None) -> Record:
         attrs, content = self._without_content(span.attrs)
         if span.name == _TRTLLM_DISAGG_SPAN:
             role = role or "router"
@@ -487,13 +491,13 @@ class LineParser:
             record.status = str(http_status)
         self._ids(record, attrs, worker, span.scope)
         # Events keep their name and time (and an exception what it says; span_event).
-        extra = {"span_kind": _SPAN_KINDS.get(span.kind, str(span.kind)), "scope": span.scope,
+        extra = {"span_kind": _SPAN_KINDS.get(span.kind, str(span.kind)), "scope": span.scope, "role_from": role_from,
                  "status_message": span.status_message, "events": span.events, CONTENT_CHARS: content,
                  **_trtllm_span_attrs(attrs), **_llm_d_span_attrs(attrs)}
         record.attrs = {**attrs, **{k: v for k, v in extra.items() if v is not None}}
         return record
 
-    def _log(self, log: Log, worker: str | None, role: str | None) -> Record:
+    def _log(self, log: Log, worker: str | None, role: str | None, role_from: str | None) -> Record:
         attrs, content = self._without_content(log.attrs)
         body = log.body
         event = log.event_name or attrs.get("event.name")  # the attribute: SDKs before LogRecord.event_name
@@ -518,7 +522,7 @@ class LineParser:
         if log.scope == _DYNAMO_AUDIT_SCOPE and isinstance(attrs.get("payload"), str):
             attrs, content = self._audit_payload(record, attrs, content)
         self._ids(record, attrs, worker, log.scope)
-        extra = {k: v for k, v in (("scope", log.scope), (CONTENT_CHARS, content)) if v}
+        extra = {k: v for k, v in (("scope", log.scope), (CONTENT_CHARS, content), ("role_from", role_from)) if v}
         record.attrs = {**attrs, **extra} if extra else (attrs or None)
         return record
 
@@ -648,6 +652,8 @@ def _role_of_spans(spans: list[Span]) -> str | None:
             return {"prefill": "prefill", "decode": "decode"}.get(m.group(1), "agg")
         if any(key.startswith(_LLM_D_PREFIX) for key in span.attrs):  # llm-d's P/D sidecar: its request, its legs
             return "proxy"
+        if any(key.startswith(_LLM_D_EPP_PREFIX) for key in span.attrs):
+            return "router"
         if _SPAN_KINDS.get(span.kind) != "server":
             continue
         if "http.request.method" in span.attrs or "http.method" in span.attrs:

@@ -212,6 +212,30 @@ def test_an_engine_span_whose_resource_names_no_role_is_a_worker_not_an_entry(tj
     assert tj("coverage", "--json").json()["orphans"] == {"requests": 1, "records": 1}  # no reply reaches it
 
 
+def test_a_role_read_from_a_service_name_says_so_and_a_stated_one_outweighs_it(tj, tmp_path):
+    """`dynamo-prefill` suggests a prefill worker, but only its name does: the answer says the role
+    was read from the name. A process that states its role (trace-join's `tracejoin.role`) is shown
+    as it says, however it is named."""
+    captured = InMemorySpanExporter()
+    providers = [TracerProvider(resource=Resource.create(resource)) for resource in (
+        {"service.name": "decode-router", "tracejoin.role": "frontend"}, {"service.name": "dynamo-prefill"})]
+    for provider in providers:
+        provider.add_span_processor(SimpleSpanProcessor(captured))
+    with providers[0].get_tracer("plain-sdk").start_as_current_span("POST", kind=SpanKind.SERVER) as span:
+        span.set_attribute("gen_ai.response.id", "chatcmpl-named-role")
+        with providers[1].get_tracer("plain-sdk").start_as_current_span("prefill") as work:
+            work.set_attribute("gen_ai.response.id", "chatcmpl-named-role")
+    for provider in providers:
+        provider.shutdown()
+    write_protobuf_json(tmp_path / "spans.jsonl", list(captured.get_finished_spans()))
+    assert tj("ingest", tmp_path / "spans.jsonl").code == 0
+    [request] = tj("lookup", "chatcmpl-named-role", "--json").json()["requests"]
+    assert sorted((w["worker"], w["role"], w["role_from"]) for w in request["workers"]) == [
+        ("decode-router", "frontend", "stated"), ("dynamo-prefill", "prefill", "name")]
+    text = tj("lookup", "chatcmpl-named-role").out
+    assert "prefill (by its name)" in text and "frontend (by its name)" not in text
+
+
 def test_a_span_exported_twice_is_shown_once_naming_both_files(tj, tmp_path):
     spans = trtllm_worker_spans("gpu-node-1", 4242, [31])
     write_otlp_json(tmp_path / "first.jsonl", spans)
@@ -223,7 +247,7 @@ def test_a_span_exported_twice_is_shown_once_naming_both_files(tj, tmp_path):
     paths = {record["origin"]["path"], *(also["origin"]["path"] for also in record["also"])}
     assert paths == {str(tmp_path / "first.jsonl"), str(tmp_path / "again.jsonl")}
     assert record["summary"].endswith("also from otlp_json")
-    assert request["workers"] == [{"worker": "gpu-node-1:4242", "role": request["workers"][0]["role"], "records": 1}]
+    assert [(w["worker"], w["records"]) for w in request["workers"]] == [("gpu-node-1:4242", 1)]
 
 
 @pytest.mark.parametrize("resource, worker, aliases", [
