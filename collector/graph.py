@@ -3,9 +3,10 @@
 Which records belong together is one rule, the requests build's (requests.py, docs/id-model.md):
 records are joined by keys (reply id, internal id, disagg request id, engine or ctx request id
 with its worker) and by the span tree (a record's span; a child span joins its parent's request
-when a serving process recorded the parent); labels (`x_request_id`, `trace_id`, a bare engine
-id) only find records; a key carried by requests that started separately is a collision and joins
-records only within a trace where it names one request.
+when a serving process recorded the parent; a span with no key joins the one request started in
+its trace); labels (`x_request_id`, `trace_id`, a bare engine id) only find records; a key
+carried by requests that started separately is a collision and joins records only within a trace
+where it names one request.
 
 This module finds the records that rule has to see for a lookup: those carrying the looked-up id,
 then every record an edge may lead to from one found (sharing a key, a span, or a serving parent's
@@ -20,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from . import record_contract
-from .ids import KEY_KINDS, PARENT_SPAN, SCOPED_KINDS, SERVING_ROLES, SPAN
+from .ids import KEY_KINDS, PARENT_SPAN, SCOPED_KINDS, SERVING_ROLES, SPAN, TRACE_ID
 from .requests import group_records
 from .store import Store
 from .tokens import TOKEN
@@ -40,7 +41,7 @@ _STORED_COLUMNS = (
     "steady_s", "source", "kind", "level", "name", "duration_ns", "status", "attrs", "origin_id", "offset", "seq",
 )
 _FACTS = ("failed", "error_text", "http_status", "disconnected", "request_ms", "ttfb_ms", "router_queue_ms", "queue_ms",
-          "kv_transfer_ms", "ttft_ms", "e2e_ms", "prefill_ms", "decode_ms", "coordinator_ms")
+          "kv_transfer_ms", "ttft_ms", "e2e_ms", "prefill_ms", "decode_ms", "coordinator_ms", "role_by_name")
 RECORD_COLUMNS = (*_STORED_COLUMNS, *_FACTS)
 _SELECT_RECORDS = ", ".join(f'"{c}"' for c in _STORED_COLUMNS) + ", " + record_contract.columns(*_FACTS)
 
@@ -60,8 +61,13 @@ class Node:
 
     def keys(self):
         for kind, value, scope in self.ids:
-            if kind in KEY_KINDS and (kind not in SCOPED_KINDS or scope is not None):
+            if _is_key(kind, scope):
                 yield kind, value, scope
+
+
+def _is_key(kind: str, scope: str | None) -> bool:
+    """Whether an id of this kind and scope is a key: an engine id only with its worker."""
+    return kind in KEY_KINDS and (kind not in SCOPED_KINDS or scope is not None)
 
 
 @dataclass
@@ -80,6 +86,7 @@ class IdGraph:
         self._found: dict[tuple[str, ...], set[int]] = {}  # values -> the records their keys find
         self.warnings: list[str] = []
         self._origins: dict[int, tuple[str, bool, str | None]] = {}
+        self._trace_members: dict[str, set[int]] = {}  # trace -> the records that join in it (_one_request_trace)
         # A scope (the worker an engine id belongs to) under the process's main name, so an engine
         # id named by a perf file (host:pid) and by the middleware (host:port) is one key.
         self._aliases = store.worker_aliases()
@@ -170,7 +177,26 @@ class IdGraph:
             parents = [r for r, kind, _ in self._rows[f"{node.trace_id}/{node.parent_span_id}"] if kind == SPAN]
             self.load(parents)
             out.update(r for r in parents if self.nodes[r].role in SERVING_ROLES)
+        if self._joins_in_trace(node):
+            out.update(self._one_request_trace(node.trace_id))
         return out
+
+    def _joins_in_trace(self, node: Node) -> bool:
+        """Whether the node may join by its trace alone: an entry record, or a span with no key."""
+        return bool(node.trace_id) and (node.entry or (node.record["kind"] == "span" and not any(node.keys())))
+
+    def _one_request_trace(self, trace_id: str) -> set[int]:
+        """The entry records and the spans with no key of this trace, if one request started in
+        it (its entry records are one span): they join; else none."""
+        if trace_id not in self._trace_members:
+            in_trace = [r for r, kind, _ in self._rows[trace_id] if kind == TRACE_ID]
+            rows = self.store.record_rows("record_id, entry, kind, span_id", in_trace)
+            entries = {r for r, entry, _, _ in rows if entry}
+            keyless = {r for r, entry, kind, _ in rows
+                       if kind == "span" and not entry and not any(_is_key(k, s) for k, _, s in self._ids[r])}
+            one = len({span for _, entry, _, span in rows if entry and span is not None}) == 1
+            self._trace_members[trace_id] = entries | keyless if one else set()
+        return self._trace_members[trace_id]
 
     def _closure(self, seeds: list[int]) -> set[int]:
         seen = set(seeds)
@@ -185,6 +211,8 @@ class IdGraph:
                     values.append(f"{n.trace_id}/{n.span_id}")
                 if n.trace_id and n.parent_span_id:
                     values.append(f"{n.trace_id}/{n.parent_span_id}")
+                if self._joins_in_trace(n):
+                    values.append(n.trace_id)
             self.rows_for(values)
             # dict.fromkeys: a record two of the frontier reach is walked from once
             frontier = list(dict.fromkeys(nb for r in frontier for nb in self._reach(self.nodes[r]) if nb not in seen))

@@ -4,10 +4,11 @@ rule is written.
 Records are joined by edges (docs/id-model.md): a key id (reply id, internal id, disagg request
 id, engine or ctx request id with its worker) joins every record that carries it; records in the
 same span belong together; a child span joins its parent's request when a serving process
-recorded the parent. Labels (`x_request_id`, `trace_id`, a bare engine id) only find records. A
-key carried by requests that started separately is a collision: it then joins records only
-within a trace in which it names one request, and the records it leaves apart are shown as
-ambiguous by lookup.
+recorded the parent; a span with no key (a router's scheduling spans) joins the one request that
+started in its trace, if only one did. Labels (`x_request_id`, `trace_id`, a bare engine id)
+only find records. A key carried by requests that started separately is a collision: it then
+joins records only within a trace in which it names one request, and the records it leaves apart
+are shown as ambiguous by lookup.
 
 Listing requests, coverage and dashboards need every request, so this module labels every record
 with its request by label propagation over those edges, in SQL, and summarizes each request in
@@ -125,10 +126,20 @@ WITH keyed AS (  -- scopes under the process's main name (store.py: worker_alias
     JOIN build_ids owner ON owner.kind = 'span' AND owner.value = child.value
     JOIN build_records o ON o.record_id = owner.record_id
     WHERE child.kind = 'parent_span' AND o.role IN ({_SERVING_ROLES_SQL})
+), one_request_traces AS (  -- traces in which one request started: their entry records are one span
+    SELECT hash(trace_id) AS trace, min(record_id) AS other FROM build_records
+    WHERE entry AND trace_id IS NOT NULL GROUP BY trace_id HAVING count(DISTINCT span_id) = 1
+), keyless_spans AS (  -- spans that carry no key, such as a router's scheduling spans (llm-d's EPP)
+    SELECT record_id, hash(trace_id) AS trace FROM build_records
+    WHERE kind = 'span' AND trace_id IS NOT NULL AND NOT entry
+      AND record_id NOT IN (SELECT i.record_id FROM build_ids i WHERE {_KEY_FILTER})
+), in_trace AS (  -- a span with no key joins the one request started in its trace
+    SELECT k.record_id, t.other FROM keyless_spans k JOIN one_request_traces t USING (trace)
 )
 SELECT record_id AS a, other AS b FROM grouped WHERE record_id <> other
 UNION ALL SELECT record_id, other FROM spans WHERE record_id <> other
-UNION ALL SELECT record_id, other FROM parents;
+UNION ALL SELECT record_id, other FROM parents
+UNION ALL SELECT record_id, other FROM in_trace;
 """
 
 # Requests are the connected components of `edges`, each numbered by its least record id: labels
@@ -155,7 +166,7 @@ WITH w AS (
     GROUP BY request_id, role HAVING count(DISTINCT worker) = 1
 )
 SELECT w.record_id, w.request_id, CASE WHEN w.bare THEN coalesce(n.worker, w.worker) ELSE w.worker END AS worker,
-       w.role, w.bare AND n.worker IS NULL AS bare
+       w.role
 FROM w LEFT JOIN named n ON n.request_id = w.request_id AND n.role IS NOT DISTINCT FROM w.role;
 
 """
@@ -165,7 +176,7 @@ FROM w LEFT JOIN named n ON n.request_id = w.request_id AND n.role IS NOT DISTIN
 # they exceed the store's memory limit (docs/performance.md, memory).
 SUMMARY = """
 WITH r AS (
-    SELECT rw.request_id, rec.*, rw.worker AS w, rw.role AS ro, rw.bare
+    SELECT rw.request_id, rec.*, rw.worker AS w, rw.role AS ro
     FROM request_workers rw JOIN build_records rec USING (record_id)
     WHERE rw.request_id >= $low AND rw.request_id < $high
 ), entry AS (
@@ -221,9 +232,9 @@ WITH r AS (
         coalesce(max(r.ttft_ms), max(r.ttfb_ms)) AS ttft_ms,
         max(r.queue_ms) AS queue_ms,
         max(r.kv_transfer_ms) AS kv_transfer_ms,
-        -- Workers named in full; a request only bare names reach is listed under those.
-        coalesce(list(DISTINCT r.w ORDER BY r.w) FILTER (WHERE NOT r.bare),
-                 list(DISTINCT r.w ORDER BY r.w) FILTER (WHERE r.w IS NOT NULL)) AS workers,
+        -- as lookup lists them: a service's bare name that no worker of its role was named in full
+        -- beside is a worker of its own
+        list(DISTINCT r.w ORDER BY r.w) FILTER (WHERE r.w IS NOT NULL) AS workers,
         list(DISTINCT r.ro ORDER BY r.ro) FILTER (WHERE r.ro IS NOT NULL) AS roles,
         list(DISTINCT r.source ORDER BY r.source) AS sources
     FROM r LEFT JOIN entry e USING (request_id)
@@ -546,7 +557,12 @@ def _scope(con, through: int, upto: int, renamed: str) -> None:
         -- ids as their index keys: a key two values share (1 in 10^12) only widens the scope
         CREATE OR REPLACE TEMP TABLE scope_keys AS
             SELECT DISTINCT hash(value) AS key FROM record_ids
-            WHERE record_id > {through} AND record_id <= {upto} AND kind IN {_JOINING_KINDS};
+            WHERE record_id > {through} AND record_id <= {upto} AND kind IN {_JOINING_KINDS}
+            -- the trace of a new span or entry record: a span with no key joins the one request
+            -- started in its trace, whichever was stored first
+            UNION SELECT DISTINCT hash(r.trace_id) FROM records r
+            WHERE r.record_id > {through} AND r.record_id <= {upto} AND r.trace_id IS NOT NULL
+              AND (r.kind = 'span' OR r.entry);
         CREATE OR REPLACE TEMP TABLE frontier AS SELECT key FROM scope_keys;
     """)
     while True:

@@ -17,7 +17,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import SpanKind
+from opentelemetry.trace import NonRecordingSpan, SpanContext, SpanKind, TraceFlags, set_span_in_context
 
 from tracejoin.cli.demo.vllm_formats import log_line as line
 from tracejoin.collector import local_time
@@ -254,7 +254,7 @@ def test_vllm_spans_join_its_logs_by_the_external_id(tj, tmp_path):
     assert "vllm-0:4182" in {w["worker"] for w in request["workers"]}
 
 
-def llm_d_sidecar_spans(request_id: str, prefill: str, decode: str) -> list:
+def llm_d_sidecar_spans(request_id: str, prefill: str, decode: str, parent=None) -> list:
     """A request through llm-d's P/D sidecar (llm-d/llm-d-router, `pkg/sidecar/proxy`): its request
     span, with a `prefill` and a `decode` child, and the attributes it sets on each. The sidecar is
     Go and cannot run here; its spans are made with the real SDK as it names them."""
@@ -264,7 +264,7 @@ def llm_d_sidecar_spans(request_id: str, prefill: str, decode: str) -> list:
     provider.add_span_processor(SimpleSpanProcessor(memory))
     tracer = provider.get_tracer("llm-d-routing-sidecar")
     p = "llm_d.pd_proxy."
-    with tracer.start_as_current_span("llm_d.pd_proxy.request", kind=SpanKind.SERVER) as span:
+    with tracer.start_as_current_span("llm_d.pd_proxy.request", kind=SpanKind.SERVER, context=parent) as span:
         span.set_attributes({p + "request_id": request_id, p + "prefill_target": prefill, p + "connector": "nixlv2",
                              p + "total_duration_ms": 412.0, p + "true_ttft_ms": 61.5, p + "prefill_duration_ms": 55.0,
                              p + "decode_duration_ms": 350.0, p + "coordinator_overhead_ms": 7.0})
@@ -275,6 +275,36 @@ def llm_d_sidecar_spans(request_id: str, prefill: str, decode: str) -> list:
     provider.shutdown()
     return memory.get_finished_spans()
 
+
+def gateway_context(trace_id: int):
+    """The gateway's span, in whose trace the endpoint picker and the sidecar both record: the
+    gateway exports nothing, so only its context is shared."""
+    span_id = trace_id & 0xFFFF_FFFF_FFFF_FFFF
+    return set_span_in_context(NonRecordingSpan(SpanContext(trace_id, span_id, is_remote=True,
+                                                            trace_flags=TraceFlags(TraceFlags.SAMPLED))))
+
+
+def llm_d_epp_spans(parent) -> list:
+    """llm-d's endpoint picker scheduling one request (gateway-api-inference-extension, its span
+    registry `pkg/common/observability/semconv/registry/spans.yaml`): `run_scheduler_profile` with
+    `filter_endpoints`, `scoring` and `pick_endpoints`. The picker is Go and cannot run here; its
+    spans are made with the real SDK as it names them. None carries an id of the request."""
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource({"service.name": "llm-d-epp", "k8s.pod.name": "qwen3-epp-5b8f-q7k2l"}))
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer("llm-d-inference-scheduler")
+    e = "llm_d.epp."
+    with tracer.start_as_current_span("run_scheduler_profile", context=parent) as span:
+        span.set_attribute(e + "scheduling.profile.name", "decode")
+        with tracer.start_as_current_span("filter_endpoints") as step:
+            step.set_attributes({e + "filter.candidate_endpoints": 4, e + "filter.filtered_endpoints": 2})
+        with tracer.start_as_current_span("scoring") as step:
+            step.set_attributes({e + "scorer.count": 3, e + "scoring.candidate_endpoints": 2})
+        with tracer.start_as_current_span("pick_endpoints") as step:
+            step.set_attributes({e + "picker.candidate_endpoints": 2, e + "picker.top_endpoints": "10.0.0.7:8200",
+                                 e + "picker.top_scores": "0.92"})
+    provider.shutdown()
+    return memory.get_finished_spans()
 
 def test_llm_ds_sidecar_joins_vllms_prefill_and_decode_and_says_where_the_time_went(tj, tmp_path):
     """The sidecar adds its own x-request-id (a UUID) to both legs; vLLM names each leg's reply after
@@ -300,3 +330,57 @@ def test_llm_ds_sidecar_joins_vllms_prefill_and_decode_and_says_where_the_time_w
         phases = {p["phase"]: p["duration_ms"] for p in request["phases"] if p["worker"] == "qwen3-decode-7c9d-m4x2z"}
         assert phases == {"end to end": pytest.approx(phases["end to end"]), "to first token": 61.5, "prefill": 55.0,
                           "decode": 350.0, "coordinator overhead": 7.0}
+
+
+def llm_d_request(folder, uuid: str, *, trace_id: int, pid: int) -> str:
+    """One request through llm-d: the sidecar's spans and the prefill and decode servers' lines,
+    in the trace the gateway started. Its reply id."""
+    reply = f"chatcmpl-{uuid}"
+    kv = "SamplingParams(n=1, max_tokens={}, extra_args={{'kv_transfer_params': {{{}}}}})"
+    write_log(folder / f"prefill-{pid}.log", [
+        line(f"Received request {reply}: params: {kv.format(1, repr('do_remote_decode') + ': True')}, "
+             "lora_request: None.", pid=pid),
+        line(f"Added request {reply}-11111111.", pid=pid)])
+    write_log(folder / f"decode-{pid}.log", [
+        line(f"Received request {reply}: params: {kv.format(64, repr('do_remote_prefill') + ': True')}, "
+             "lora_request: None.", pid=pid + 1),
+        line(f"Added request {reply}-22222222.", pid=pid + 1)])
+    spans = llm_d_sidecar_spans(uuid, "10.0.0.5:8000", "localhost:8200", parent=gateway_context(trace_id))
+    write_protobuf_json(folder / f"sidecar-{pid}.otlp.jsonl", spans)
+    return reply
+
+
+EPP_SPANS = ["filter_endpoints", "pick_endpoints", "run_scheduler_profile", "scoring"]
+
+
+@pytest.mark.parametrize("picker_first", [True, False], ids=["picker stored first", "picker stored last"])
+def test_the_endpoint_pickers_spans_join_the_one_request_of_their_trace(tj, tmp_path, picker_first):
+    """llm-d's endpoint picker records how it chose the decode pod in spans that carry no id of
+    the request, only the gateway's trace, which the sidecar's request shares: they are the router's
+    hop of that request, in lookup and in requests, whichever was stored first."""
+    trace = 0x4BF92F3577B34DA6A3CE929D0E0E4736
+    picker, served = tmp_path / "picker", tmp_path / "served"
+    picker.mkdir()
+    write_protobuf_json(picker / "epp.otlp.jsonl", llm_d_epp_spans(gateway_context(trace)))
+    reply = llm_d_request(served, "6f1c2a8e-3d4b-11ef-9b1e-0a7d2f5e8c11", trace_id=trace, pid=100)
+    for folder in (picker, served) if picker_first else (served, picker):
+        assert tj("ingest", folder).code == 0
+    [request] = tj("lookup", reply, "--json").json()["requests"]
+    assert sorted(w["role"] for w in request["workers"]) == ["decode", "prefill", "proxy", "router"]
+    router = [r["name"] for r in request["records"] if r["worker"] == "qwen3-epp-5b8f-q7k2l"]
+    assert sorted(router) == EPP_SPANS
+    [listed] = tj("requests", "--json", "--since", "2000-01-01T00:00:00Z").json()
+    assert listed["reply_id"] == reply and listed["records"] == len(request["records"])
+
+
+def test_the_endpoint_pickers_spans_in_a_trace_of_two_requests_join_neither(tj, tmp_path):
+    """Where two requests started in one trace, a span with no id cannot say which it served: it
+    stays apart rather than joining either."""
+    trace = 0x5CF92F3577B34DA6A3CE929D0E0E4737
+    write_protobuf_json(tmp_path / "epp.otlp.jsonl", llm_d_epp_spans(gateway_context(trace)))
+    replies = [llm_d_request(tmp_path, uuid, trace_id=trace, pid=pid) for uuid, pid in
+               (("6f1c2a8e-3d4b-11ef-9b1e-0a7d2f5e8c11", 100), ("7a2d3b9f-4e5c-11ef-8c2f-1b8e3a6f9d22", 300))]
+    assert tj("ingest", tmp_path).code == 0
+    for reply in replies:
+        [request] = tj("lookup", reply, "--json").json()["requests"]
+        assert sorted(w["role"] for w in request["workers"]) == ["decode", "prefill", "proxy"]
