@@ -1,11 +1,12 @@
 """`trace-join demo --engine llm-d`: llm-d's prefill/decode disaggregation over vLLM, on loopback: its
-P/D routing sidecar (simulated, llm_d_sidecar.py: the sidecar is Go) in front of two prefill and two
+endpoint picker and P/D routing sidecar (simulated, llm_d_sidecar.py: they are Go) in front of two prefill and two
 decode vLLM servers (simulated as in the vLLM demo: vLLM needs a GPU).
 
 Each request's two legs carry the x-request-id the sidecar adds, which vLLM names both replies after
 (`chatcmpl-<uuid>`, unless the client sent an id of its own, which vLLM reads first), and the trace.
-The lookup shows the sidecar's span with its `prefill` and `decode` legs, the prefill server's and the
-decode server's records of one request, and where its time went as the sidecar measured it.
+The lookup shows the endpoint picker's choice of the decode server, the sidecar's span with its
+`prefill` and `decode` legs, the prefill server's and the decode server's records of one request,
+and where its time went as the sidecar measured it.
 """
 
 from __future__ import annotations
@@ -51,7 +52,8 @@ def the_mix() -> list[Sent]:
 
 def run_llm_d_demo(store: Store, folder: str) -> None:
     out = (Path(folder) / datetime.now(timezone.utc).strftime("llm-d-%Y%m%dT%H%M%SZ")).resolve()
-    intro = ("llm-d's prefill/decode disaggregation on loopback: its P/D routing sidecar (simulated: it is Go) "
+    intro = ("llm-d's prefill/decode disaggregation on loopback: its endpoint picker and P/D routing sidecar "
+             "(simulated: they are Go) "
              "in front of simulated vllm serve prefill and decode servers (vLLM needs a GPU) writing vLLM 0.33's "
              "logs and spans")
     reply = run_simulated(store, out, LlmDDeployment(out), intro, the_mix())

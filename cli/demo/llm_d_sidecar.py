@@ -11,12 +11,20 @@ sidecar adds, a version-1 UUID (`uuid.NewUUID()`), after the client's own when i
 reads the first), and the trace (`traceparent`, as llm-d-router#1667 injects it). The sidecar's
 spans are llm-d's: `llm_d.pd_proxy.request` with a `prefill` and a `decode` child and the
 `llm_d.pd_proxy.*` attributes, written as OTLP JSON lines to `otlp/llm-d-sidecar-<pid>.jsonl`.
+
+In llm-d, the gateway asks its endpoint picker (EPP) which decode pod serves a request, then sends it
+to that pod's sidecar, in one trace. The sidecar process here also plays both: the picker's spans
+(`run_scheduler_profile` with `filter_endpoints`, `scoring` and `pick_endpoints`, and their
+`llm_d.epp.*` attributes) go to `otlp/llm-d-epp-<pid>.jsonl` under a service of their own. Like the
+real picker's, they carry no id of the request, only the gateway's trace, which the sidecar's spans
+share; the gateway exports no span of its own.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
+import random
 import socket
 import time
 import uuid
@@ -26,6 +34,7 @@ from pathlib import Path
 
 import httpx
 from opentelemetry import trace
+from opentelemetry.context import Context
 from opentelemetry.exporter.otlp.json.file import FileSpanExporter
 from opentelemetry.propagate import inject
 from opentelemetry.sdk.resources import Resource
@@ -41,38 +50,78 @@ from .serving import health, run_engine_process
 from .vllm_server import APIS, VllmServer, service_log
 
 SERVICE = "llm-d-routing-sidecar"
+PICKER = "llm-d-epp"
 _P = "llm_d.pd_proxy."
+_E = "llm_d.epp."
+
+
+def _exported_to(out: Path, service: str, resource: dict) -> TracerProvider:
+    path = out / "otlp" / f"{service}-{os.getpid()}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    provider = TracerProvider(resource=Resource({"service.name": service, **resource}))
+    provider.add_span_processor(SimpleSpanProcessor(FileSpanExporter(path)))
+    return provider
+
+
+class EndpointPicker:
+    """llm-d's endpoint picker choosing a decode server, as its scheduling spans record it."""
+
+    def __init__(self, provider: TracerProvider, decode: list[str]):
+        self._tracer = provider.get_tracer("llm-d-inference-scheduler")
+        self._decode = itertools.cycle(decode)
+        self._count = len(decode)
+
+    def pick(self, gateway: Context) -> str:
+        with self._tracer.start_as_current_span("run_scheduler_profile", context=gateway) as profile:
+            profile.set_attribute(_E + "scheduling.profile.name", "decode")
+            with self._tracer.start_as_current_span("filter_endpoints") as step:
+                step.set_attributes({_E + "filter.candidate_endpoints": self._count,
+                                     _E + "filter.filtered_endpoints": self._count})
+            with self._tracer.start_as_current_span("scoring") as step:
+                step.set_attributes({_E + "scorer.count": 2, _E + "scoring.candidate_endpoints": self._count})
+            target = next(self._decode)
+            with self._tracer.start_as_current_span("pick_endpoints") as step:
+                step.set_attributes({_E + "picker.candidate_endpoints": self._count, _E + "picker.top_endpoints": target,
+                                     _E + "picker.top_scores": "1.0"})
+        return target
+
+
+def _gateway() -> Context:
+    """The context of a gateway's span for one request: a trace the picker and the sidecar share."""
+    span = trace.NonRecordingSpan(trace.SpanContext(random.getrandbits(128), random.getrandbits(64), is_remote=True,
+                                                    trace_flags=trace.TraceFlags(trace.TraceFlags.SAMPLED)))
+    return trace.set_span_in_context(span)
 
 
 class Sidecar:
     def __init__(self, out: Path, prefill: list[str], decode: list[str]):
-        self._prefill, self._decode = itertools.cycle(prefill), itertools.cycle(decode)
+        self._prefill = itertools.cycle(prefill)
         self.client = httpx.AsyncClient(timeout=httpx.Timeout(None, connect=10.0))
-        path = out / "otlp" / f"{SERVICE}-{os.getpid()}.jsonl"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._provider = TracerProvider(resource=Resource({"service.name": SERVICE, "host.name": socket.gethostname(),
-                                                           "process.pid": os.getpid()}))
-        self._provider.add_span_processor(SimpleSpanProcessor(FileSpanExporter(path)))
-        self._tracer = self._provider.get_tracer("llm-d-routing-sidecar")
+        self._providers = [_exported_to(out, SERVICE, {"host.name": socket.gethostname(), "process.pid": os.getpid()}),
+                           _exported_to(out, PICKER, {})]
+        self._tracer = self._providers[0].get_tracer("llm-d-routing-sidecar")
+        self._picker = EndpointPicker(self._providers[1], decode)
 
     def app(self) -> Starlette:
         @asynccontextmanager
         async def lifespan(app: Starlette) -> AsyncIterator[None]:
             yield
             await self.client.aclose()
-            self._provider.shutdown()
+            for provider in self._providers:
+                provider.shutdown()
 
         routes = [Route(path, self._serve, methods=["POST"]) for path in APIS] + [Route("/health", health)]
         return Starlette(routes=routes, lifespan=lifespan)
 
     async def _serve(self, http: Request) -> Response:
+        gateway = _gateway()  # the gateway had the picker choose the decode server before it called the sidecar
+        decode_target = self._picker.pick(gateway)
         arrival = time.time_ns()
         body = await http.json()
         request_id = str(uuid.uuid1())
         client_ids = [("x-request-id", value) for value in http.headers.getlist("x-request-id")]
-        prefill_target, decode_target = next(self._prefill), next(self._decode)
-        span = self._tracer.start_span(_P[:-1] + ".request", kind=SpanKind.SERVER, start_time=arrival,
-                                       context=trace.set_span_in_context(trace.INVALID_SPAN))
+        prefill_target = next(self._prefill)
+        span = self._tracer.start_span(_P[:-1] + ".request", kind=SpanKind.SERVER, start_time=arrival, context=gateway)
         span.set_attributes({_P + "request_id": request_id, _P + "prefill_target": prefill_target,
                              _P + "connector": "nixlv2"})
         within = trace.set_span_in_context(span)
