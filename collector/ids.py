@@ -55,6 +55,9 @@ PARENT_SPAN = "parent_span"
 JOINING_KINDS = (*KEY_KINDS, SPAN, PARENT_SPAN)
 # A child span joins its parent's request only when a serving process recorded the parent: a
 # client's span is shared by every request it made, so it joins nothing.
+# The roles of a disaggregated request's first leg: a reply id only their records carry is that leg's
+# own name for the request (SGLang's prefill server draws a rid of its own), not the reply the client saw.
+PREFILL_ROLES = frozenset({"prefill", "ctx"})
 SERVING_ROLES = frozenset({"router", "frontend", "proxy", "agg", "ctx", "gen", "prefill", "decode", "worker"})
 # The roles of a tier that takes a client's request: its entry records start a request.
 ENTRY_ROLES = frozenset({"router", "frontend", "agg", "proxy"})

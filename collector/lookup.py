@@ -9,10 +9,11 @@ from dataclasses import dataclass
 import orjson
 
 from . import error_lines, local_time
+from .record_contract import http_status_number
 from .graph import NOT_LOOKED_UP, IdGraph
 from .id_index import found_sql
 from .ids import (
-    BOOTSTRAP_ROOM, CTX_REQUEST_ID, DISAGG_REQUEST_ID, ENGINE_REQUEST_ID, ENTRY_ROLES, INTERNAL_ID, REPLY_ID,
+    BOOTSTRAP_ROOM, CTX_REQUEST_ID, DISAGG_REQUEST_ID, ENGINE_REQUEST_ID, ENTRY_ROLES, INTERNAL_ID, PREFILL_ROLES, REPLY_ID,
     ROUTER_REQUEST_ID, SESSION_ID, TOOL_CALL_ID, TRACE_ID, VLLM_ENGINE_SCOPE, X_REQUEST_ID,
     REPLY_PREFIXES, implied_by_query, pasted_id,
 )
@@ -195,6 +196,7 @@ def _request_json(graph: IdGraph, request) -> dict:
     ids: dict[str, list] = {k: [] for k in _SHOWN_ID_KINDS}
     engine: list[dict] = []
     owners: dict[str, list] = {}  # vLLM engine id -> the records carrying it
+    reply_roles: dict[str, set] = {}  # reply id -> the roles of the records carrying it
     for n in sorted(nodes, key=lambda n: (n.time_ns or 0, n.record_id)):
         for kind, value, scope in n.ids:
             if kind == ENGINE_REQUEST_ID:
@@ -204,6 +206,13 @@ def _request_json(graph: IdGraph, request) -> dict:
                     engine.append(entry)
             elif kind in ids and value not in ids[kind]:
                 ids[kind].append(value)
+            if kind == REPLY_ID:
+                reply_roles.setdefault(value, set()).add(n.role)
+    # a reply id only the prefill leg's records carry is that leg's name for the request
+    leg_names = [v for v, roles in reply_roles.items() if roles <= PREFILL_ROLES]
+    if len(leg_names) < len(reply_roles):
+        ids[REPLY_ID] = [v for v in ids[REPLY_ID] if v not in leg_names]
+        ids[INTERNAL_ID] += [v for v in leg_names if v not in ids[INTERNAL_ID]]
     # A vLLM engine id is scoped to no process: it is shown on the process that ran it, the first
     # to name it other than a decode server naming its prefill's (`remote_request_id`).
     for value, carriers in owners.items():
@@ -285,7 +294,7 @@ def _outcome(rows: list[dict], first_error: dict | None) -> dict:
     answered with, whether anything on its way failed, whether the client left first."""
     entry_workers = {row["worker"] for row in rows if row["entry"]}
     answered = [row["http_status"] for row in rows if row["http_status"] and row["worker"] in entry_workers]
-    return {"http_status": max(answered, default=None), "failed": first_error is not None,
+    return {"http_status": http_status_number(max(answered, default=None)), "failed": first_error is not None,
             "client_left": any(row["disconnected"] for row in rows)}
 
 
@@ -485,6 +494,15 @@ def _exception(attrs: dict) -> str | None:
     return None
 
 
+def _summary_value(value) -> str:
+    """An attribute's value as a person reads it in a summary: SGLang's `finish_reason` object
+    (`{"type": "length", "length": 64}`) by its type, other objects and lists as JSON, not as
+    Python writes them."""
+    if isinstance(value, dict) and isinstance(value.get("type"), str):
+        return value["type"]
+    return orjson.dumps(value).decode() if isinstance(value, (dict, list)) else str(value)
+
+
 def _summary(row: dict) -> str:
     parts = [row["name"] or row["kind"]]
     level = (row["level"] or "").upper()
@@ -495,7 +513,12 @@ def _summary(row: dict) -> str:
     if row["duration_ns"] is not None:
         parts.append(f"{row['duration_ns'] / 1e6:.1f} ms")
     attrs = row["attrs"]
-    parts += [f"{k}={attrs[k]}" for k in _SUMMARY_ATTRS if attrs.get(k) not in (None, "")]
+    for key in _SUMMARY_ATTRS:
+        value = attrs.get(key)
+        if value is True:
+            parts.append(key)  # `disconnected`; its False says nothing worth a place
+        elif value not in (None, "", False) and (text := _summary_value(value)) != row["status"]:
+            parts.append(f"{key}={text}")
     if exception := _exception(attrs) or row.get("exception"):
         parts.append(exception)
     return " · ".join(str(p) for p in parts)

@@ -86,6 +86,11 @@ FACTS = (
 _BY_NAME = {fact.name: fact for fact in FACTS}
 
 
+def http_status_number(status: str | None) -> int | None:
+    """The `http_status` fact as the number it is (stored as the text it was read as)."""
+    return int(status) if status is not None and status.isdigit() else None
+
+
 def columns(*names: str) -> str:
     """The named facts (all, without names) as columns of a SELECT over `records`."""
     return ",\n    ".join(f"{_BY_NAME[name].sql} AS {name}" for name in names or _BY_NAME)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .record_contract import http_status_number
 from .requests import build_requests
 from .store import Store
 from .times import ns_to_iso
@@ -23,7 +24,7 @@ class RequestFilter:
     route: str | None = None
     since_ns: int | None = None
     until_ns: int | None = None
-    limit: int = 20
+    limit: int = 20  # 0: all
 
 
 def list_requests(store: Store, wanted: RequestFilter) -> list[dict]:
@@ -48,8 +49,8 @@ def list_requests(store: Store, wanted: RequestFilter) -> list[dict]:
     order = "duration_ms DESC NULLS LAST" if wanted.slowest else "start_ns DESC"
     return _rows(store.con.execute(
         f"SELECT {', '.join(_COLUMNS)} FROM request_summary WHERE {' AND '.join(where)} "
-        f"ORDER BY {order}, request_id LIMIT ?",
-        [*params, wanted.limit],
+        f"ORDER BY {order}, request_id" + (" LIMIT ?" if wanted.limit else ""),
+        [*params, wanted.limit] if wanted.limit else params,
     ))
 
 
@@ -70,5 +71,6 @@ def _rows(cursor) -> list[dict]:
         for key in ("workers", "roles", "reply_ids", "internal_ids", "x_request_ids", "disagg_request_ids", "trace_ids"):
             row[key] = row[key] or []
         row["disconnected"] = bool(row["disconnected"])
+        row["http_status"] = http_status_number(row["http_status"])
         rows.append(row)
     return rows

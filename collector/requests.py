@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from . import record_contract
 from .duckdb_engine import duckdb, threads, transaction
-from .ids import INTERNAL_ID, JOINING_KINDS, KEY_KINDS, SCOPED_KINDS, SERVING_ROLES
+from .ids import INTERNAL_ID, JOINING_KINDS, KEY_KINDS, PREFILL_ROLES, SCOPED_KINDS, SERVING_ROLES
 from .store import Store
 
 
@@ -40,6 +40,7 @@ def _sql_list(values) -> str:
 _KEY_FILTER = f"""(i.kind IN ({_sql_list(k for k in KEY_KINDS if k not in SCOPED_KINDS)})
                  OR (i.kind IN ({_sql_list(SCOPED_KINDS)}) AND i.scope IS NOT NULL))"""
 _SERVING_ROLES_SQL = _sql_list(sorted(SERVING_ROLES))
+_PREFILL_ROLES_SQL = _sql_list(sorted(PREFILL_ROLES))
 _JOINING_KINDS = f"({_sql_list(JOINING_KINDS)})"
 
 
@@ -174,7 +175,7 @@ FROM w LEFT JOIN named n ON n.request_id = w.request_id AND n.role IS NOT DISTIN
 # One slice of requests ($low <= request_id < $high) at a time: the list and ordered aggregates here
 # hold their groups in memory, and over more than a slice of SUMMARY_SLICE_RECORDS records at once
 # they exceed the store's memory limit (docs/performance.md, memory).
-SUMMARY = """
+SUMMARY = f"""
 WITH r AS (
     SELECT rw.request_id, rec.*, rw.worker AS w, rw.role AS ro
     FROM request_workers rw JOIN build_records rec USING (record_id)
@@ -196,10 +197,17 @@ WITH r AS (
     FROM r JOIN entry e USING (request_id) JOIN slice_ids i USING (request_id, record_id)
     WHERE i.kind = 'reply_id' AND r.w IS NOT DISTINCT FROM e.entry_worker
     GROUP BY r.request_id
+), reply_roles AS (  -- a reply id only the prefill leg's records carry is that leg's name for the request
+    SELECT i.request_id, i.value, bool_and(coalesce(r.ro IN ({_PREFILL_ROLES_SQL}), false)) AS leg_only
+    FROM slice_ids i JOIN r USING (request_id, record_id) WHERE i.kind = 'reply_id' GROUP BY i.request_id, i.value
+), leg_names AS (  -- ... where another reply id is the reply the client saw
+    SELECT request_id, value FROM reply_roles
+    WHERE leg_only AND request_id IN (SELECT request_id FROM reply_roles WHERE NOT leg_only)
 ), ids AS (
     SELECT i.request_id,
-           list(DISTINCT i.value ORDER BY i.value) FILTER (WHERE i.kind = 'reply_id') AS reply_ids,
-           list(DISTINCT i.value ORDER BY i.value) FILTER (WHERE i.kind = 'internal_id') AS internal_ids,
+           list(DISTINCT i.value ORDER BY i.value) FILTER (WHERE i.kind = 'reply_id' AND l.value IS NULL) AS reply_ids,
+           list(DISTINCT i.value ORDER BY i.value) FILTER (WHERE i.kind = 'internal_id' OR l.value IS NOT NULL)
+               AS internal_ids,
            list(DISTINCT i.value ORDER BY i.value) FILTER (WHERE i.kind = 'x_request_id') AS x_request_ids,
            list(DISTINCT i.value ORDER BY i.value) FILTER (WHERE i.kind = 'disagg_request_id') AS disagg_request_ids,
            list(DISTINCT i.value ORDER BY i.value) FILTER (WHERE i.kind = 'trace_id') AS trace_ids,
@@ -209,6 +217,7 @@ WITH r AS (
            bool_or(i.kind NOT IN ('span', 'parent_span', 'trace_id', 'token')) AS names_a_request
     FROM slice_ids i
     LEFT JOIN collided c ON c.key = hash(i.kind, i.value, i.scope)
+    LEFT JOIN leg_names l ON i.kind = 'reply_id' AND l.request_id = i.request_id AND l.value = i.value
     GROUP BY i.request_id
 ), summary AS (
     SELECT

@@ -156,8 +156,8 @@ def test_a_gateway_traced_by_the_plain_sdk_lists_its_route_and_status(tj, tmp_pa
 
     listed = {r["reply_id"]: r for r in tj("requests", "--json").json()}
     assert {reply: (r["route"], r["http_status"], r["error"]) for reply, r in listed.items()} == {
-        "chatcmpl-plain-ok": ("/v1/chat/completions", "200", False),
-        "chatcmpl-plain-503": ("/v1/chat/completions", "503", True)}
+        "chatcmpl-plain-ok": ("/v1/chat/completions", 200, False),
+        "chatcmpl-plain-503": ("/v1/chat/completions", 503, True)}
     [failed] = tj("lookup", "chatcmpl-plain-503", "--json").json()["requests"][0]["records"]
     assert failed["summary"].endswith("exception RuntimeError: upstream unavailable")  # the span's exception event
 
@@ -187,7 +187,7 @@ def test_a_gateway_whose_resource_names_no_role_is_the_frontend_of_its_requests(
                                                                                  "chat llama"]
     assert "HTTP 503" in tj("lookup", "chatcmpl-gw-503").out.splitlines()[2]
     listed = {r["reply_id"]: r["http_status"] for r in tj("requests", "--json").json()}
-    assert listed == {"chatcmpl-gw-ok": "200", "chatcmpl-gw-503": "503"}
+    assert listed == {"chatcmpl-gw-ok": 200, "chatcmpl-gw-503": 503}
     coverage = tj("coverage", "--json").json()
     assert coverage["replies"] == 2
 

@@ -24,8 +24,8 @@ def test_list_filter_and_order(tj, tmp_path):
     assert len(rows) == 4, "every request that reached the frontend, the collided pair apart"
     assert [r["start"] for r in rows] == sorted((r["start"] for r in rows), reverse=True)
     by_trace = {r["trace_ids"][0]: r for r in rows}
-    assert by_trace[failed.trace_id]["http_status"] == "500" and by_trace[failed.trace_id]["error"]
-    assert by_trace[ok.trace_id]["http_status"] == "200" and not by_trace[ok.trace_id]["error"]
+    assert by_trace[failed.trace_id]["http_status"] == 500 and by_trace[failed.trace_id]["error"]
+    assert by_trace[ok.trace_id]["http_status"] == 200 and not by_trace[ok.trace_id]["error"]
     assert by_trace[ok.trace_id]["collided"] and by_trace[shared.trace_id]["collided"]
     assert not by_trace[comp.trace_id]["collided"]
     assert by_trace[comp.trace_id]["route"] == "/v1/completions"

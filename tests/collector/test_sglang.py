@@ -121,12 +121,21 @@ def test_a_prefill_and_a_decode_server_join_by_their_bootstrap_room(tj, tmp_path
                                    transfer_ms=transfer, entry_time=1787307302.52),
         ]) + "\n")
         (tmp_path / f"sglang-{role}.otlp.jsonl").write_bytes(sglang_spans(role, rid, ROOM))
+    metrics = tmp_path / "decode-0" / sg.metrics_file_name(AT)
+    metrics.parent.mkdir()
+    metrics.write_text(sg.metrics_line(sg.generate_req_input(RID_D, "a prompt", 16, ROOM, "10.0.0.5", 8998),
+                                       sg.meta_info(RID_D, "length", 128, 16, 0.09), received_ts=1787307302.5) + "\n")
     assert tj("ingest", tmp_path).code == 0
     [request] = tj("lookup", RID_D, "--json").json()["requests"]
     assert {w["role"] for w in request["workers"]} == {"prefill", "decode"}
     assert request["ids"]["bootstrap_room"] == [str(ROOM)]
-    assert set(request["ids"]["reply_id"]) == {RID_P, RID_D}
-    assert {r["source"] for r in request["records"]} == {"sglang_log", "otlp_json"}
+    # the prefill server's rid is its own name for the request, not a reply the client saw
+    assert request["ids"]["reply_id"] == [RID_D] and RID_P in request["ids"]["internal_id"]
+    assert {r["source"] for r in request["records"]} == {"sglang_log", "otlp_json", "sglang_metrics"}
+    assert tj("lookup", RID_P, "--json").json()["requests"][0]["ids"] == request["ids"]
+    # its request metrics read as a person reads them: the finish reason's type, once
+    [summary] = [r["summary"] for r in request["records"] if r["name"] == "request metrics"]
+    assert "status=length" in summary and "{" not in summary and "'" not in summary
 
 
 def test_a_rid_a_client_sends_again_later_is_two_requests(tj, tmp_path):
