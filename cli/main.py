@@ -213,6 +213,7 @@ def lookup(
             html.write_text(page(result), encoding="utf-8")
         except OSError as e:
             raise Failure(f"cannot write {html}: {e.strerror or e}") from None
+        say_error(f"wrote {html.absolute()}")
     if not as_json:
         render.lookup_text(result, full=full)
 
@@ -239,7 +240,7 @@ def requests(
     route: Optional[str] = typer.Option(None, help="Only requests whose route or endpoint contains this."),
     since: Optional[str] = typer.Option(None, help="Only requests that started at or after: ISO time, or 30m, 2h, 1d ago."),
     until: Optional[str] = typer.Option(None, help="Only requests that started at or before: ISO time, or 30m, 2h, 1d ago."),
-    limit: int = typer.Option(20, min=1, help="How many to list."),
+    limit: int = typer.Option(20, min=0, help="How many to list (0: all)."),
 ):
     """List requests: newest or slowest first, errors only, by worker, by route, in a time window."""
     from tracejoin.cli import render

@@ -9,7 +9,10 @@ the terminal of the person reading.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
+import shlex
+import shutil
 import sys
 from pathlib import Path
 
@@ -18,6 +21,7 @@ import orjson
 from tracejoin.collector.error_lines import TEXT_LOGS
 
 PROGRESS_MIN_BYTES = 32 << 20  # below this a bar only flickers
+SUMMARY_SHOWN = 20  # the requests a lookup lists in its summary table, of many that share a label
 
 
 def print_json(obj) -> None:
@@ -38,6 +42,26 @@ def visible(text: str) -> str:
     return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
+def command(*words) -> str:
+    """A trace-join command line, each word quoted for a shell, that runs as pasted where the user
+    stands: `make demo` runs `.venv/bin/trace-join`, which a new shell's PATH does not hold."""
+    return " ".join([_program(), *(shlex.quote(str(word)) for word in words)])
+
+
+@functools.cache
+def _program() -> str:
+    """`trace-join` when that is the trace-join the user's PATH finds, else the path of this one
+    (relative to the current folder where it lies within it)."""
+    running = Path(sys.argv[0])
+    if running.name != "trace-join":  # `python -m tracejoin.cli`: the command installed beside this Python
+        running = Path(sys.executable).parent / "trace-join"
+    found = shutil.which("trace-join")
+    if not running.exists() or (found and Path(found).resolve() == running.resolve()):
+        return "trace-join"
+    here = running.absolute()
+    return shlex.quote(os.path.relpath(here) if here.is_relative_to(Path.cwd()) else str(here))
+
+
 def _console(*, stderr: bool = False):
     """Where text for people is drawn. rich would read `[...]` in data as markup (styles, links)
     and `:name:` as an emoji; this console reads neither. Piped output keeps whole lines rather
@@ -54,10 +78,11 @@ def _add_row(table, *cells: str) -> None:
 
 
 def window_text(result: dict) -> str:
-    w = result["window"]
-    if not (w["since"] or w["until"]):
-        return ""
-    return f" between {w['since'] or 'the start'} and {w['until'] or 'now'}"
+    """The time window an answer was limited to (--since, --until), after a verb: `…started` it."""
+    since, until = result["window"]["since"], result["window"]["until"]
+    if since and until:
+        return f" between {since} and {until}"
+    return f" at or after {since}" if since else f" at or before {until}" if until else ""
 
 
 @contextlib.contextmanager
@@ -149,7 +174,7 @@ def request_lines(rows: list[dict], numbered: bool = False) -> tuple[list[str], 
     """The header and the cells of a table of requests (`requests --json` rows), as text."""
     lines = []
     for n, r in enumerate(rows, 1):
-        status = r["http_status"] or ("error" if r["error"] else "")
+        status = str(r["http_status"] or ("error" if r["error"] else ""))
         if r["disconnected"]:
             status += " (client left)"
         ids = [r["reply_id"]] if r["reply_id"] else (r["internal_ids"] or r["disagg_request_ids"] or r["x_request_ids"])
@@ -196,9 +221,8 @@ def coverage_text(result: dict) -> None:
     def share(n: int) -> str:
         return f"{n} ({100 * n / replies:.0f}%)" if replies else str(n)
 
-    window = result["window"]
-    if window["since"] or window["until"]:
-        console.print(f"requests that started from {window['since'] or 'the first'} to {window['until'] or 'the last'}")
+    if window := window_text(result):
+        console.print(f"requests that started{window}")
     console.print(f"replies seen: {replies}")
     console.print(f"  joined to both workers (ctx/prefill, gen/decode): {share(joined['both_workers'])}")
     console.print(f"  joined to one of the two:                         {share(joined['one_worker'])}")
@@ -217,13 +241,15 @@ def coverage_text(result: dict) -> None:
     console.print(workers)
 
 
-def next_commands(lines: list[tuple[str, str]], then: str) -> None:
-    """The demos' closing advice: each command with why, aligned, each one to paste as it is; then
-    how to go on with the user's own deployment, in words (a placeholder would not run)."""
-    width = max(len(command) for command, _ in lines)
+def next_commands(lines: list[tuple[tuple | str, str]], then: str) -> None:
+    """The demos' closing advice: each command (the words after `trace-join`, or another command's
+    line) with why, aligned, each one to paste as it is; then how to go on with the user's own
+    deployment, in words (a placeholder would not run)."""
+    commands = [(words if isinstance(words, str) else command(*words), why) for words, why in lines]
+    width = max(len(line) for line, _ in commands)
     print("\nNext, with this run's ids:")
-    for command, why in lines:
-        print(f"  {command:<{width}}  # {why}")
+    for line, why in commands:
+        print(f"  {line:<{width}}  # {why}")
     print(f"\n{then}")
 
 
@@ -258,7 +284,10 @@ def lookup_text(result: dict, full: bool = False) -> None:
         f"{window_text(result)}"
     ))
     if matched > 1:
-        request_table(result["summary"], numbered=True)
+        summary = result["summary"]
+        request_table(summary[:SUMMARY_SHOWN], numbered=True)
+        if len(summary) > SUMMARY_SHOWN:
+            console.print(f"  and {len(summary) - SUMMARY_SHOWN} more (--json lists every one)")
     if len(requests) < matched:
         console.print(f"the first {len(requests)} with their records (--limit N for more, --limit 0 for all):")
     for i, request in enumerate(requests, 1):
@@ -324,7 +353,7 @@ def request_heading(request: dict, i: int, matched: int) -> tuple[str, bool]:
     parts = [f"request {i} of {matched}", f"HTTP {status}" if status else "no HTTP status recorded"]
     if outcome["client_left"]:
         parts.append("the client left first")
-    failed = error is not None and (status is None or status >= "500")
+    failed = error is not None and (status is None or status >= 500)
     if error:
         where = ", ".join(filter(None, (error["worker"] or "?", error["role"] or "?", (error["time"] or "")[11:26])))
         parts.append(f"{'failed' if failed else 'answered after a failure'}: {error['text']} ({where})")
@@ -401,9 +430,16 @@ def origin_text(origin: dict) -> str:
 def record_fields(record: dict) -> list[tuple[str, str]]:
     """What a lookup record holds besides its time, worker and place, its attributes last, each
     value as text (JSON where it is not text)."""
-    fields = [(k, record.get(k)) for k in _RECORD_FIELDS] + list((record["attrs"] or {}).items())
+    shown = {k: record.get(k) for k in _RECORD_FIELDS if record.get(k) is not None}
+    # an attribute the record states as its own field (middleware's `status`, `duration_ms`) once
+    attrs = [(k, v) for k, v in (record["attrs"] or {}).items() if v is not None and not _same(shown.get(k), v)]
     return [(key, value if isinstance(value, str) else orjson.dumps(value).decode())
-            for key, value in fields if value is not None]
+            for key, value in [*shown.items(), *attrs]]
+
+
+def _same(field, attr) -> bool:
+    """Whether an attribute says what the record's field of its name says (`200` and "200")."""
+    return field is not None and (field == attr or str(field) == str(attr))
 
 
 def seconds(iso: str) -> float:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -254,6 +255,9 @@ class StoreLocked(StoreError):
     """Another process holds the database (DuckDB lets one process write, and then no other read)."""
 
 
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")  # a URL's: no file is named so
+
+
 def default_db_path() -> str:
     """The store commands use without --store: $TRACEJOIN_STORE, else $TRACEJOIN_DB, else ./tracejoin.duckdb."""
     return os.environ.get("TRACEJOIN_STORE") or os.environ.get("TRACEJOIN_DB", DEFAULT_DB)
@@ -270,6 +274,9 @@ def open_store(path: str | os.PathLike | None = None, *, read_only: bool = False
         from .clickhouse_store import open_clickhouse_store
 
         return open_clickhouse_store(str(path or default_db_path()), read_only=read_only, create=create)
+    if m := _SCHEME.match(str(path or default_db_path())):
+        raise StoreError(f"unknown store scheme {m.group(0)!r}: a store is a DuckDB file, chdb:FOLDER or "
+                         "clickhouse://HOST:PORT/DB")
     path = Path(path or default_db_path())
     if (read_only or not create) and not path.exists():
         raise StoreError(f"no database at {path}: run `trace-join ingest --db {path} FILES...` first")

@@ -8,6 +8,7 @@ import random
 import signal
 import subprocess
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -59,6 +60,28 @@ def tj(db):
         return Run(p.returncode, p.stdout, p.stderr)
 
     return run
+
+
+# Run before the command: SIGINT delivered as a terminal's Ctrl-C delivers it. A job started in the
+# background (`make test &`) inherits SIGINT ignored, its children with it, and a Python started so
+# never raises KeyboardInterrupt; a disposition survives exec, so this sets it and then becomes the
+# command (safer than preexec_fn, which a process with threads should not use).
+_SIGINT_AS_CTRL_C = "import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])"
+
+
+def interruptible(argv: list[str]) -> list[str]:
+    """argv, run so that SIGINT interrupts it wherever the test suite was started."""
+    return [sys.executable, "-c", _SIGINT_AS_CTRL_C, *argv]
+
+
+@contextmanager
+def started_in_the_background():
+    """SIGINT ignored in this process, as in a job started with `&`, for the children started within."""
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def assert_one_clear_line(run: Run) -> None:

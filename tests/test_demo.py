@@ -80,11 +80,28 @@ def members(request: dict) -> tuple:
     return json.dumps(request["ids"], sort_keys=True), records
 
 
+ROOT = Path(__file__).resolve().parents[1]
+# `make demo` runs the trace-join installed beside this Python, from the project's root, in a shell
+# whose PATH need not hold it; what the demo prints must run there as pasted.
+INSTALLED = Path(sys.executable).parent / "trace-join"
+PRINTED = os.path.relpath(INSTALLED, ROOT) if INSTALLED.is_relative_to(ROOT) else str(INSTALLED)
+
+
+def a_new_shell() -> dict:
+    """The environment of a shell a user opens at the project's root: no virtual environment on PATH."""
+    env = {k: v for k, v in os.environ.items() if k not in ("TRACEJOIN_DEBUG", "VIRTUAL_ENV")}
+    env["PATH"] = os.pathsep.join(p for p in env["PATH"].split(os.pathsep)
+                                  if p and Path(p).resolve() != INSTALLED.parent.resolve())
+    return env
+
+
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory) -> Demo:
     folder = tmp_path_factory.mktemp("demo")
     db = folder / "demo store.duckdb"  # a space: the commands the demo prints must quote it
-    run = trace_join("demo", "--db", db, "--folder", folder / "records")
+    assert INSTALLED.exists(), "the suite runs in the environment `make test` installs trace-join into"
+    run = subprocess.run([INSTALLED, "demo", "--db", db, "--folder", folder / "records"], cwd=ROOT, env=a_new_shell(),
+                         capture_output=True, text=True, timeout=DEMO_TIMEOUT_S)
     assert run.returncode == 0, run.stdout + run.stderr
     lines = middleware_lines(folder / "records")
     processes = {line["process"] for line in lines}
@@ -194,7 +211,7 @@ def test_the_failing_request_shows_its_error_status(demo):
     shown = trace_join("lookup", router_end["internal_id"], "--db", demo.db).stdout
     assert f"request 1 of 1 · HTTP 500 · failed: {first['text']} ({first['worker']}, gen, " in shown, shown
     errors = demo.query("requests", "--errors")
-    assert [row["http_status"] for row in errors if router_end["internal_id"] in row["internal_ids"]] == ["500"]
+    assert [row["http_status"] for row in errors if router_end["internal_id"] in row["internal_ids"]] == [500]
 
 
 def test_each_failed_request_shows_the_exception_its_worker_logged(demo):
@@ -231,8 +248,8 @@ def test_coverage_reports_every_reply_joined_to_both_workers(demo):
 def test_the_demo_says_what_to_run_next_with_this_runs_ids(demo):
     [retried] = [end["reply_id"] for end in demo.ends(role="router") if end.get("reply_id", "").startswith("resp_")
                  and DISAGG_RESPONSES_REPLY.fullmatch(end["reply_id"]).group(1) != end["disagg_request_id"]]
-    assert f"$ trace-join lookup {retried}" in demo.output
-    assert f"trace-join lookup --db {shlex.quote(str(demo.db))} {retried} --json" in demo.output
+    assert f"$ {PRINTED} lookup --db {shlex.quote(str(demo.db))} {retried}" in demo.output
+    assert f"{PRINTED} lookup --db {shlex.quote(str(demo.db))} {retried} --json" in demo.output
     replies = len(demo.starts(role="router"))
     assert f"joined to both workers (ctx/prefill, gen/decode): {replies} (100%)" in demo.output
 
@@ -248,11 +265,9 @@ def test_every_next_command_the_demo_prints_runs_as_printed(demo):
     start = lines.index("Next, with this run's ids:") + 1
     commands = [line.split("  # ")[0].strip() for line in lines[start:] if line.startswith("  ")]
     assert len(commands) >= 5, demo.output
-    # `trace-join` as a user has it: the command installed beside this Python
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
-    env.pop("TRACEJOIN_DEBUG", None)
-    for command in commands:
-        run = subprocess.run(command, shell=True, capture_output=True, text=True, env=env, timeout=DEMO_TIMEOUT_S)
+    for command in [*commands, *(line[2:] for line in lines if line.startswith("$ "))]:
+        run = subprocess.run(command, shell=True, cwd=ROOT, env=a_new_shell(), capture_output=True, text=True,
+                             timeout=DEMO_TIMEOUT_S)
         assert run.returncode == 0, (command, run.stderr)
 
 

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import re
-import shlex
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -85,35 +84,35 @@ def walk_through(store: Store, out: Path, reply: str) -> dict:
     # The stand-ins stamp their text logs in this machine's local time, as the engines do: its zone is
     # known here, so the demo names it, as a user names their servers' zone.
     zone = datetime.now().astimezone().strftime("%z")
-    print(f"\n$ trace-join ingest --tz {zone} {shlex.quote(str(out))}\n")
+    print(f"\n$ {render.command('ingest', '--db', store.path, '--tz', zone, out)}\n")
     render.ingest_summary(Ingester(store, tz=zone).ingest_paths([str(out)]), as_json=False)
-    print(f"\n$ trace-join lookup {reply}\n")
+    print(f"\n$ {render.command('lookup', '--db', store.path, reply)}\n")
     found = lookup(store, reply)
     render.lookup_text(found)
-    print("\n$ trace-join coverage\n")
+    print(f"\n$ {render.command('coverage', '--db', store.path)}\n")
     render.coverage_text(coverage(store))
-    print("\n$ trace-join snapshot\n")
+    print(f"\n$ {render.command('snapshot', '--db', store.path)}\n")
     print(render.grafana_hint(store.publish_for_grafana(None, None)))
     return found
 
 
 def _print_next(store: Store, sent: list[Sent], reply: str, found: dict) -> None:
     """Commands to run next, each as it can be pasted into a shell."""
-    db = shlex.quote(str(store.path))
+    db = store.path
     disagg_ids = [d for request in found["requests"] for d in request["ids"]["disagg_request_id"]]
     named_after = _DISAGG_RESPONSES_REPLY.fullmatch(reply)
     first_disagg = named_after.group(1) if named_after else None
     session = next((s.x_request_id for s in sent if s.x_request_id), None)
     sharing = sum(1 for s in sent if s.x_request_id == session)
     lines = [
-        (f"trace-join lookup --db {db} {reply} --json", "the same, for scripts"),
-        (f"trace-join requests --db {db} --slowest", "where the time went (docs/runbook.md)"),
-        (f"trace-join requests --db {db} --errors", "the failed, the retried and the cut-short requests"),
+        (("lookup", "--db", db, reply, "--json"), "the same, for scripts"),
+        (("requests", "--db", db, "--slowest"), "where the time went (docs/runbook.md)"),
+        (("requests", "--db", db, "--errors"), "the failed, the retried and the cut-short requests"),
     ]
     if first_disagg and len(disagg_ids) > 1:
-        lines.insert(0, (f"trace-join lookup --db {db} {first_disagg}",
+        lines.insert(0, (("lookup", "--db", db, first_disagg),
                          "the disagg id its retry abandoned: the same request"))
     if session:
-        lines.insert(1, (f"trace-join lookup --db {db} {session}", f"an x-request-id {sharing} requests share"))
-    render.next_commands(lines, then=f"Then your own deployment's records: trace-join ingest --db {db} followed "
+        lines.insert(1, (("lookup", "--db", db, session), f"an x-request-id {sharing} requests share"))
+    render.next_commands(lines, then=f"Then your own deployment's records: {render.command('ingest', '--db', db)} followed "
                                      f"by its log folders (docs/integrations/trtllm.md).")

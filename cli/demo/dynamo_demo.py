@@ -79,7 +79,7 @@ def run_dynamo_demo(db: Path, folder: str) -> None:
             print(f"  {request.line()}")
         looked_up = [_first_reply(sent, "/v1/responses"), _first_reply(sent, "/v1/chat/completions")]
         for reply in looked_up:
-            print(f"\n$ trace-join lookup {reply}    # through the running collector\n")
+            print(f"\n$ {render.command('lookup', '--db', db, reply)}    # through the running collector\n")
             render.lookup_text(_once_arrived(db, reply, out))
     print(f"\nstopped the proxy, Dynamo and the collector; their records are in {db}, their logs in {out}")
     _print_next(db, out, sent, looked_up)
@@ -127,15 +127,15 @@ def _once_arrived(db: Path, reply: str, out: Path) -> dict:
 
 def _print_next(db: Path, out: Path, sent: list[Sent], looked_up: list[str]) -> None:
     """Commands to run next, each as it can be pasted into a shell."""
-    db, logs = shlex.quote(str(db)), shlex.quote(str(out / "logs"))
+    logs = shlex.quote(str(out / "logs"))
     session = next(s.x_request_id for s in sent if s.x_request_id)
     sharing = sum(1 for s in sent if s.x_request_id == session)
     responses_reply = looked_up[0]
     render.next_commands([
-        (f"trace-join lookup --db {db} {responses_reply} --json", "the same, for scripts"),
-        (f"trace-join lookup --db {db} {session}", f"an x-request-id {sharing} requests share"),
-        (f"trace-join requests --db {db} --errors", "the unknown model's 404 and the client that left"),
-        (f"trace-join coverage --db {db}", "how many replies joined their prefill and decode workers"),
+        (("lookup", "--db", db, responses_reply, "--json"), "the same, for scripts"),
+        (("lookup", "--db", db, session), f"an x-request-id {sharing} requests share"),
+        (("requests", "--db", db, "--errors"), "the unknown model's 404 and the client that left"),
+        (("coverage", "--db", db), "how many replies joined their prefill and decode workers"),
         (f"grep -rl {responses_reply} {logs}", "no Dynamo record has a Responses reply id; the proxy's has"),
-    ], then=f"Then your own deployment: trace-join collect --db {db} with --watch for each of its log folders "
+    ], then=f"Then your own deployment: {render.command('collect', '--db', db)} with --watch for each of its log folders "
             f"(docs/integrations/dynamo.md).")

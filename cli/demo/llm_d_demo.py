@@ -11,7 +11,6 @@ and where its time went as the sidecar measured it.
 
 from __future__ import annotations
 
-import shlex
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -57,10 +56,10 @@ def run_llm_d_demo(store: Store, folder: str) -> None:
              "in front of simulated vllm serve prefill and decode servers (vLLM needs a GPU) writing vLLM 0.33's "
              "logs and spans")
     reply = run_simulated(store, out, LlmDDeployment(out), intro, the_mix())
-    db = shlex.quote(str(store.path))
-    lines = [(f"trace-join lookup --db {db} {reply} --json", "the same, for scripts"),
-             (f"trace-join lookup --db {db} {CLIENT_ID}", "the client's own x-request-id, which vLLM named its reply after"),
-             (f"trace-join requests --db {db} --errors", "the request its decode server failed")]
-    render.next_commands(lines, then=f"Then your own llm-d deployment's records: trace-join ingest --db {db} --tz ZONE "
+    db = store.path
+    lines = [(("lookup", "--db", db, reply, "--json"), "the same, for scripts"),
+             (("lookup", "--db", db, CLIENT_ID), "the client's own x-request-id, which vLLM named its reply after"),
+             (("requests", "--db", db, "--errors"), "the request its decode server failed")]
+    render.next_commands(lines, then=f"Then your own llm-d deployment's records: {render.command('ingest', '--db', db)} --tz ZONE "
                                      f"followed by the vLLM pods' log folders and the sidecar's OTLP spans "
                                      f"(docs/integrations/vllm.md).")

@@ -10,7 +10,6 @@ it draws for them is what joins the prefill's records to the decode's, whose rid
 
 from __future__ import annotations
 
-import shlex
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -59,9 +58,9 @@ def run_sglang_demo(store: Store, folder: str) -> None:
     intro = ("A disaggregated SGLang deployment on loopback: simulated prefill and decode servers (SGLang "
              "needs a GPU) writing SGLang 0.5.23's logs, metrics and spans, behind its mini load balancer")
     reply = run_simulated(store, out, SglangDeployment(out), intro, the_mix())
-    db = shlex.quote(str(store.path))
-    lines = [(f"trace-join lookup --db {db} {reply} --json", "the same, for scripts"),
-             (f"trace-join lookup --db {db} {SESSION}", "the x-request-id three requests share"),
-             (f"trace-join requests --db {db} --errors", "the request its decode server failed")]
-    render.next_commands(lines, then=f"Then your own SGLang servers' logs: trace-join ingest --db {db} --tz ZONE "
+    db = store.path
+    lines = [(("lookup", "--db", db, reply, "--json"), "the same, for scripts"),
+             (("lookup", "--db", db, SESSION), "the x-request-id three requests share"),
+             (("requests", "--db", db, "--errors"), "the request its decode server failed")]
+    render.next_commands(lines, then=f"Then your own SGLang servers' logs: {render.command('ingest', '--db', db)} --tz ZONE "
                                      f"followed by their log folders (docs/integrations/sglang.md).")

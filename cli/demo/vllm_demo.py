@@ -10,7 +10,6 @@ prefill and the decode server's records of one request.
 
 from __future__ import annotations
 
-import shlex
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -59,9 +58,9 @@ def run_vllm_demo(store: Store, folder: str) -> None:
     intro = ("A disaggregated vLLM deployment on loopback: simulated vllm serve prefill and decode servers "
              "(vLLM needs a GPU) writing vLLM 0.33's logs and spans, behind vLLM's P/D proxy")
     reply = run_simulated(store, out, VllmDeployment(out), intro, the_mix())
-    db = shlex.quote(str(store.path))
-    lines = [(f"trace-join lookup --db {db} {reply} --json", "the same, for scripts"),
-             (f"trace-join lookup --db {db} agent-session-vllm", "the x-request-id three requests share"),
-             (f"trace-join requests --db {db} --errors", "the request its decode server failed")]
-    render.next_commands(lines, then=f"Then your own vLLM servers' logs: trace-join ingest --db {db} --tz ZONE "
+    db = store.path
+    lines = [(("lookup", "--db", db, reply, "--json"), "the same, for scripts"),
+             (("lookup", "--db", db, "agent-session-vllm"), "the x-request-id three requests share"),
+             (("requests", "--db", db, "--errors"), "the request its decode server failed")]
+    render.next_commands(lines, then=f"Then your own vLLM servers' logs: {render.command('ingest', '--db', db)} --tz ZONE "
                                      f"followed by their log folders (docs/integrations/vllm.md).")

@@ -84,6 +84,7 @@ def collect(config: CollectConfig, say: Callable[[str], None], report: Callable[
     threads: list[threading.Thread] = []
     queries = None
     started = False
+    said: list[str] = []  # said once all has started: an address refused says nothing ran
     try:
         if not store.shared:  # other processes read a DuckDB store through this one
             token = new_token()
@@ -95,26 +96,28 @@ def collect(config: CollectConfig, say: Callable[[str], None], report: Callable[
                                                         budget=budget),
                                  f"OTLP/gRPC on {config.otlp_grpc}")
             receivers.append(grpc_server)
-            say(f"otlp-grpc  {grpc_server.address}")
+            said.append(f"otlp-grpc  {grpc_server.address}")
         if config.otlp_http:
             app = otlp_http_app(writer, max_body=config.max_body, token=config.token,
                                 keep_content=config.keep_content, budget=budget)
             http_server = _start(lambda: HttpServer(app, config.otlp_http, limits=config.http_limits),
                                  f"OTLP/HTTP on {config.otlp_http}")
             receivers.append(http_server)
-            say(f"otlp-http  http://{http_server.address}  (/v1/traces, /v1/logs)")
+            said.append(f"otlp-http  http://{http_server.address}  (/v1/traces, /v1/logs)")
         if config.watch:
             tailer = Tailer(writer, config.watch, report, keep_content=config.keep_content, tz=config.tz)
             threads.append(_thread("tailer", tailer.run, stop))
             for path in config.watch:
-                say(f"watch      {path}")
+                said.append(f"watch      {path}")
         for url in config.scrape:
             threads.append(_thread(f"scrape {url}", Scraper(writer, url, config.scrape_interval_s, report).run, stop))
-            say(f"scrape     {url}  every {config.scrape_interval_s:g} s")
+            said.append(f"scrape     {url}  every {config.scrape_interval_s:g} s")
         if not store.shared:
             threads.append(_thread("snapshot", Snapshotter(connect, writer, config.snapshot_interval_s, report).run, stop))
-            say(f"snapshot   {snapshot_path(store.path)}  every {config.snapshot_interval_s:g} s and on exit")
-            say(f"queries    http://{queries.address}  (address and token in {endpoint})")
+            said.append(f"snapshot   {snapshot_path(store.path)}  every {config.snapshot_interval_s:g} s and on exit")
+            said.append(f"queries    http://{queries.address}  (address and token in {endpoint})")
+        for line in said:
+            say(line)
         say(f"collecting into {store.where}; SIGTERM or Ctrl-C stops")
         started = True
         os.read(woken, 1)  # until SIGTERM or SIGINT

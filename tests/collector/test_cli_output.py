@@ -20,7 +20,7 @@ from tracejoin.cli.demo.dynamo_formats import DynamoSample
 from tracejoin.cli.main import app
 from tracejoin.collector.ingest import expand_paths
 
-from ..conftest import assert_one_clear_line
+from ..conftest import assert_one_clear_line, interruptible, started_in_the_background
 
 COMMANDS = sorted(typer.main.get_command(app).commands)
 
@@ -83,7 +83,8 @@ def test_ctrl_c_during_ingest_says_to_run_it_again_and_the_next_run_resumes(tmp_
                                 "event": "request.start", "role": "router", "worker": "vm:8000",
                                 "internal_id": str(uuid.UUID(int=i)), "route": "/v1/chat/completions"}) + "\n")
     argv = [sys.executable, "-m", "tracejoin.cli", "ingest", "--db", str(db), str(big)]
-    child = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    with started_in_the_background():  # as `make test &` runs it: the child must still take Ctrl-C
+        child = subprocess.Popen(interruptible(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     wal = db.with_name(db.name + ".wal")
     deadline = time.monotonic() + 60
     # A batch of records committed: the write-ahead log (or the store, once checkpointed) holds megabytes.
@@ -252,3 +253,75 @@ def test_on_a_terminal_failures_are_red_and_warnings_yellow(tmp_path, db):
     assert "\x1b[31m" in failed  # red
     [received] = [ln for ln in lines if "request received" in ln and "frontend" in ln and "· also" not in ln][:1]
     assert "\x1b[" not in received  # a line that states no failure is not coloured
+
+
+def write_router_lines(path, count: int, *, x_request_id: str | None = None, status: int = 200) -> list[str]:
+    """`count` requests a router took, in trace-join's middleware lines, a second apart; their replies."""
+    replies, lines = [], []
+    for i in range(count):
+        internal, reply = str(uuid.UUID(int=i + 1)), f"chatcmpl-{i + 1:08d}"
+        common = {"schema": "tracejoin.log.v1", "role": "router", "worker": "vm:8000", "internal_id": internal,
+                  **({"x_request_id": x_request_id} if x_request_id else {})}
+        lines.append({**common, "ts": f"2026-12-02T07:{i // 60:02d}:{i % 60:02d}.100000Z", "level": "info",
+                      "event": "request.start", "route": "/v1/chat/completions"})
+        lines.append({**common, "ts": f"2026-12-02T07:{i // 60:02d}:{i % 60:02d}.300000Z",
+                      "level": "error" if status >= 500 else "info", "event": "request.end", "status": status,
+                      "duration_ms": 200.0, "reply_id": reply})
+        replies.append(reply)
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return replies
+
+
+def test_an_unknown_store_scheme_is_named_and_nothing_is_made(tj, tmp_path):
+    for command in (["lookup", "x"], ["ingest", str(tmp_path)]):
+        run = tj(*command, "--store", "foo://bar", with_db=False)
+        assert run.code == 2, run.err
+        assert_one_clear_line(run)
+        assert "foo://" in run.err and "chdb:" in run.err and "no database" not in run.err
+    assert not (tmp_path / "foo:").exists() and not list(tmp_path.glob("foo*"))
+
+
+def test_collect_with_a_bad_address_starts_nothing_and_says_so_in_one_line(tj, tmp_path):
+    run = tj("collect", "--otlp-grpc", "127.0.0.1:0", "--otlp-http", "notanaddr")
+    assert run.code == 2
+    assert_one_clear_line(run)
+    assert "notanaddr" in run.err and run.out == ""  # no receiver said it was listening
+
+
+def test_html_says_where_it_wrote_the_page(tj, tmp_path):
+    [reply] = write_router_lines(tmp_path / "router.jsonl", 1)
+    assert tj("ingest", tmp_path / "router.jsonl").code == 0
+    run = tj("lookup", reply, "--html", tmp_path / "ticket.html")
+    assert run.code == 0 and (tmp_path / "ticket.html").exists()
+    assert f"wrote {tmp_path / 'ticket.html'}" in run.err
+
+
+def test_limit_0_means_all_for_requests_as_for_lookup(tj, tmp_path):
+    replies = write_router_lines(tmp_path / "router.jsonl", 25)
+    assert tj("ingest", tmp_path / "router.jsonl").code == 0
+    listed = tj("requests", "--limit", "0", "--json", "--since", "2000-01-01T00:00:00Z")
+    assert listed.code == 0, listed.err
+    assert sorted(r["reply_id"] for r in listed.json()) == sorted(replies)
+
+
+def test_a_label_many_requests_share_is_counted_and_its_first_requests_listed(tj, tmp_path):
+    write_router_lines(tmp_path / "router.jsonl", 60, x_request_id="batch-7")
+    assert tj("ingest", tmp_path / "router.jsonl").code == 0
+    out = tj("lookup", "batch-7", "--limit", "1").out
+    assert "batch-7 (x_request_id) names 60 requests" in out
+    listed = [line for line in out.splitlines() if "chatcmpl-000000" in line and "/v1/chat/completions" in line]
+    assert 0 < len(listed) <= 20, out
+    assert f"and {60 - len(listed)} more" in out and "--json" in out
+
+
+@pytest.mark.parametrize("window, says", [
+    (("--since", "2026-12-02T07:00:00Z"), "requests that started at or after 2026-12-02T07:00:00.000000Z"),
+    (("--until", "2026-12-02T08:00:00Z"), "requests that started at or before 2026-12-02T08:00:00.000000Z"),
+    (("--since", "2026-12-02T07:00:00Z", "--until", "2026-12-02T08:00:00Z"),
+     "requests that started between 2026-12-02T07:00:00.000000Z and 2026-12-02T08:00:00.000000Z"),
+])
+def test_coverage_names_its_window_as_the_other_commands_do(tj, tmp_path, window, says):
+    write_router_lines(tmp_path / "router.jsonl", 2)
+    assert tj("ingest", tmp_path / "router.jsonl").code == 0
+    run = tj("coverage", *window)
+    assert run.code == 0 and says in run.out and "the last" not in run.out

@@ -33,13 +33,14 @@ def _answer(db, **kwargs) -> dict:
         return lookup(store, SESSION, **kwargs)
 
 
-def test_a_shared_label_lists_every_request_then_shows_the_first_in_full(tj, tmp_path, db):
+def test_a_shared_label_counts_its_requests_lists_the_first_then_shows_the_first_in_full(tj, tmp_path, db):
     shared = _sample(tmp_path, tj)
     run = tj("lookup", SESSION, "--limit", "3")
     assert run.code == 0, run.err
     assert run.out.startswith(f"{SESSION} (x_request_id) names {SHARED} requests")
-    for req in shared:  # every request in the summary, by its id (Dynamo logs no reply id)
-        assert req.request_id in run.out
+    # the first 20 in the summary, by their ids (Dynamo logs no reply id), and how many more there are
+    assert [req.request_id in run.out for req in shared] == [True] * 20 + [False] * (SHARED - 20)
+    assert f"and {SHARED - 20} more (--json lists every one)" in run.out
     assert "someone-else" not in run.out.replace(SESSION, "")
     assert "the first 3 with their records" in run.out
     assert [ln for ln in run.out.splitlines() if ln.startswith("request ")] == \

@@ -9,7 +9,7 @@ import sys
 
 import httpx
 
-from ..conftest import assert_one_clear_line
+from ..conftest import assert_one_clear_line, interruptible, started_in_the_background
 from .live_servers import LogFile, Served, event, wait_until
 
 
@@ -23,7 +23,8 @@ def test_trace_join_proxy_forwards_and_records_until_interrupted(served: Served,
     port, log = free_port(), LogFile(tmp_path / "proxy.jsonl")
     command = [sys.executable, "-m", "tracejoin.cli", "proxy", "--upstream", served.url,
                "--listen", f"127.0.0.1:{port}", "--log", str(log.path)]
-    proxy = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    with started_in_the_background():  # as `make test &` runs it: the proxy must still take Ctrl-C
+        proxy = subprocess.Popen(interruptible(command), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         def answers() -> bool:
             try:
