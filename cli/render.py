@@ -231,13 +231,16 @@ def coverage_text(result: dict) -> None:
     console.print(f"  carrying a collided id:                           {share(result['collided_replies'])}")
     orphans = result["orphans"]
     console.print(f"orphans: {orphans['records']} engine-side records in {orphans['requests']} groups no reply reaches")
-    sources = Table("source", "records", "in replies", "orphan records", box=None, padding=(0, 2))
+    # each record in one part: the parts sum to the records
+    parts = ("in_replies", "orphan_records", "unanswered_records", "no_request_records")
+    headers = ("= in replies", "+ in orphans", "+ in requests with no reply, no worker", "+ about no request")
+    sources = Table("source", "records", *headers, box=None, padding=(0, 2))
     for name, s in result["by_source"].items():
-        _add_row(sources, name, str(s["records"]), str(s["in_replies"]), str(s["orphan_records"]))
+        _add_row(sources, name, str(s["records"]), *(str(s[p]) for p in parts))
     console.print(sources)
-    workers = Table("worker", "role", "replies", "records", "orphan records", box=None, padding=(0, 2))
+    workers = Table("worker", "role", "replies", "records", *headers, box=None, padding=(0, 2))
     for w in result["by_worker"]:
-        _add_row(workers, w["worker"], w["role"] or "", str(w["replies"]), str(w["records"]), str(w["orphan_records"]))
+        _add_row(workers, w["worker"], w["role"] or "", str(w["replies"]), str(w["records"]), *(str(w[p]) for p in parts))
     console.print(workers)
 
 

@@ -24,10 +24,20 @@ SELECT request_id, has_entry, collided, entry_worker, names_a_request,
        list_has_any(roles, ['agg', 'worker']) AS aggregated,
        list_has_any(roles, {list(WORKER_ROLES)}) AS engine_side,
        -- An orphan: a worker's records about a request that no reply reaches.
-       NOT has_entry AND names_a_request AND list_has_any(roles, {list(WORKER_ROLES)}) AS orphan
+       NOT has_entry AND names_a_request AND list_has_any(roles, {list(WORKER_ROLES)}) AS orphan,
+       -- The rest of a request no reply reaches: a router's or a client's records, no worker's.
+       NOT has_entry AND names_a_request AND NOT list_has_any(roles, {list(WORKER_ROLES)}) AS unanswered
 FROM request_summary
 WHERE ($since IS NULL OR start_ns >= $since) AND ($until IS NULL OR start_ns <= $until)
 """
+
+
+# What a source's or a worker's records are, each record in one part, so the parts sum to its records:
+# in a reply, in an orphan, in another request no reply reaches, or about no request at all (startup
+# and background lines).
+RECORD_PARTS = ("in_replies", "orphan_records", "unanswered_records", "no_request_records")
+_PARTS = ("count(*) FILTER (WHERE c.has_entry), count(*) FILTER (WHERE c.orphan), "
+          "count(*) FILTER (WHERE c.unanswered), count(*) FILTER (WHERE NOT c.has_entry AND NOT c.names_a_request)")
 
 
 def coverage(store: Store, since_ns: int | None = None, until_ns: int | None = None) -> dict:
@@ -50,18 +60,17 @@ def coverage(store: Store, since_ns: int | None = None, until_ns: int | None = N
         FROM coverage_requests c JOIN request_members m USING (request_id)
         WHERE c.orphan""").fetchone()
     by_source = {
-        source: {"records": records, "in_replies": in_replies, "orphan_records": orphaned}
-        for source, records, in_replies, orphaned in con.execute("""
-            SELECT r.source, count(*), count(*) FILTER (WHERE c.has_entry),
-                   count(*) FILTER (WHERE c.orphan)
+        source: {"records": records, **dict(zip(RECORD_PARTS, parts))}
+        for source, records, *parts in con.execute(f"""
+            SELECT r.source, count(*), {_PARTS}
             FROM records r JOIN request_members m USING (record_id) JOIN coverage_requests c USING (request_id)
             GROUP BY r.source ORDER BY r.source""").fetchall()
     }
     by_worker = [
-        {"worker": worker, "role": role, "replies": replies_w, "records": records, "orphan_records": orphaned}
-        for worker, role, replies_w, records, orphaned in con.execute("""
+        {"worker": worker, "role": role, "replies": replies_w, "records": records, **dict(zip(RECORD_PARTS, parts))}
+        for worker, role, replies_w, records, *parts in con.execute(f"""
             SELECT w.worker, any_value(w.role), count(DISTINCT w.request_id) FILTER (WHERE c.has_entry),
-                   count(*), count(*) FILTER (WHERE c.orphan)
+                   count(*), {_PARTS}
             FROM request_workers w JOIN coverage_requests c USING (request_id)
             WHERE w.worker IS NOT NULL
             GROUP BY w.worker ORDER BY w.worker""").fetchall()

@@ -42,8 +42,13 @@ def test_coverage_counts_joins_and_orphans(tj, tmp_path):
     assert result["replies"] == 3
     assert result["joined"] == {"both_workers": 1, "one_worker": 1, "aggregated_worker": 0, "no_worker": 1}
     assert result["orphans"] == {"requests": 1, "records": 1}
-    assert result["by_source"]["tracejoin_jsonl"] == {"records": 9, "in_replies": 6, "orphan_records": 1}
+    # every record in one part, the parts summing to the records: the two startup lines are about no request
+    assert result["by_source"]["tracejoin_jsonl"] == {"records": 9, "in_replies": 6, "orphan_records": 1,
+                                                      "unanswered_records": 0, "no_request_records": 2}
     by_worker = {w["worker"]: w for w in result["by_worker"]}
+    for counts in [*result["by_source"].values(), *by_worker.values()]:
+        assert counts["records"] == sum(counts[k] for k in ("in_replies", "orphan_records", "unanswered_records",
+                                                             "no_request_records")), counts
     assert by_worker[gen]["replies"] == 1 and by_worker[gen]["orphan_records"] == 1
     assert by_worker[ctx]["replies"] == 2 and by_worker[ctx]["orphan_records"] == 0
     assert by_worker[router]["replies"] == 3
