@@ -193,7 +193,7 @@ def lookup(
     since: Optional[str] = typer.Option(None, help="Only requests seen at or after: ISO time, or 30m, 2h, 1d ago."),
     until: Optional[str] = typer.Option(None, help="Only requests seen at or before: ISO time, or 30m, 2h, 1d ago."),
     full: bool = typer.Option(False, "--full", help="Every attribute of every record, and the file and byte it was read from."),
-    limit: int = typer.Option(10, min=0, help="Requests shown with their records, first started first (0: all); a summary lists every one."),
+    limit: int = typer.Option(10, min=0, help="Requests shown with their records, first started first (0: all); a summary counts them all and lists the first 20 (--json: every one)."),
     html: Optional[Path] = typer.Option(None, "--html", help="Also write the answer as one self-contained HTML page, for a ticket."),
 ):
     """Show every record of the request(s) an id names, across workers, on one timeline."""
