@@ -260,7 +260,7 @@ def test_a_reused_x_dynamo_request_id_is_reported_as_a_collision_and_the_request
 def test_errors_show_their_status(run):
     """The status each client got: the unknown model's 404, and the collided pair's (Dynamo 1.6.1
     fails one or both, with 500 and 503)."""
-    sent = {name: str(status) for name, status in run.statuses.items()}
+    sent = dict(run.statuses)
     failed = {name for name, status in run.statuses.items() if status >= 400}
 
     def check():
@@ -281,7 +281,7 @@ def test_a_client_that_left_mid_stream_is_shown_as_such(run):
 
     def check():
         records = only(run.lookup(reply)["requests"])["records"]
-        assert any(r["role"] == "proxy" and "request.end" in r["summary"] and "disconnected=True" in r["summary"]
+        assert any(r["role"] == "proxy" and "request.end" in r["summary"] and "disconnected" in r["summary"].split(" · ")
                    for r in records), [r["summary"] for r in records]
         assert any(r["role"] == "frontend" and "request completed" in r["summary"]
                    and "status=cancelled" in r["summary"] for r in records), [r["summary"] for r in records]

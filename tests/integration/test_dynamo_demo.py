@@ -39,7 +39,7 @@ def test_the_dynamo_demo_looks_replies_up_live_and_stops_everything(dynamo_insta
 
     # A Responses and a chat reply were looked up live, each on its own showing the proxy, the
     # frontend and the prefill and decode workers, named by the instance ids their logs announce.
-    lookups = re.findall(r"^\$ trace-join lookup (\S+) .*?\n(.*?)(?=^\$ trace-join lookup |^stopped )",
+    lookups = re.findall(r"^\$ \S*trace-join lookup --db \S+ (\S+) .*?\n(.*?)(?=^\$ \S*trace-join lookup |^stopped )",
                          demo.stdout, re.M | re.S)
     looked_up = [reply for reply, _ in lookups]
     assert len(looked_up) == 2 and looked_up[0].startswith("resp_") and looked_up[1].startswith("chatcmpl-")
