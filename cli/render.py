@@ -107,13 +107,12 @@ def byte_progress(files: list[tuple]):
 
 
 def ingest_summary(result, as_json: bool) -> None:
-    by_source = {
-        name: {"files": s.files, "records": s.records, "requests": s.requests, "quarantined": s.quarantined}
-        for name, s in sorted(result.by_source.items())
-    }
+    by_source = {name: {"files": s.files, "records": s.records, "quarantined": s.quarantined}
+                 for name, s in sorted(result.by_source.items())}
+    total = {k: sum(s[k] for s in by_source.values()) for k in ("files", "records", "quarantined")}
     if as_json:
         print_json({
-            "sources": by_source, "errors": result.errors, "skipped": result.skipped,
+            "sources": by_source, "total": total, "errors": result.errors, "skipped": result.skipped,
             "quarantine_samples": result.quarantine_samples, "held_back": result.held_back,
             "unread": result.unread, "unread_samples": result.unread_samples,
             "clocks": {source: sorted(hows) for source, hows in sorted(result.clocks.items())},
@@ -121,9 +120,10 @@ def ingest_summary(result, as_json: bool) -> None:
         return
     from rich.table import Table
 
-    table = Table("source", "files", "records", "requests", "quarantined", title="ingested", title_justify="left")
-    for name, s in by_source.items():
-        _add_row(table, name, *(str(s[k]) for k in ("files", "records", "requests", "quarantined")))
+    # Requests are not counted here: records join into requests when they are first read (`requests`).
+    table = Table("source", "files", "records", "quarantined lines", title="ingested", title_justify="left")
+    for name, s in [*by_source.items(), *([("all", total)] if len(by_source) > 1 else [])]:
+        _add_row(table, name, *(str(s[k]) for k in ("files", "records", "quarantined")))
     _console().print(table)
     err = _console(stderr=True)
     lines = [f"quarantined {sample}" for sample in result.quarantine_samples]
@@ -264,8 +264,10 @@ def grafana_hint(published: dict) -> str:
                 "dashboards/duckdb/request-lookup.json (docs/grafana.md)")
     window = published["window"]
     span = " to ".join(t for t in (window["since"], window["until"]) if t is not None)
-    return (f"published {published['requests']} requests ({published['records']} records) that started "
-            f"{'from ' + span if span else 'at any time'}; {published['replaced']} published before are replaced\n"
+    return (f"published {published['requests']} groups of records that started {'from ' + span if span else 'at any time'}"
+            f" ({published['records']} records): {published['replies']} replies, {published['without_a_reply']} "
+            f"requests no reply reaches, {published['about_no_request']} about no request; "
+            f"{published['replaced']} published before are replaced\n"
             "Grafana: point a ClickHouse data source (grafana-clickhouse-datasource) at the database, then import "
             "dashboards/clickhouse/fleet.json and dashboards/clickhouse/request-lookup.json (docs/fleet.md)")
 

@@ -46,7 +46,7 @@ from .sources import otel_clickhouse_tables as otel
 from .times import window_iso
 from .store import (
     RECEIVED_RETENTION, SCHEMA, SETTLE_WORKER_NAMES, BulkRows, Origin, Parsed, Received, Store, StoreError,
-    registered, request_keys_sql, worker_roles_sql,
+    registered, worker_roles_sql,
 )
 
 SCHEMES = ("chdb:", "clickhouse://")
@@ -316,9 +316,6 @@ class ClickHouseStore(Store):
         self._states: dict[int, dict] = {}  # parsers' states, read with the origins
         self._brought: set[int] = set()  # records in `con`
         self._naming_read = False
-        # Key hashes of the requests written since requests_mark, by source; None: not counting
-        # (a collector runs for days and never asks).
-        self._requests_seen: dict[str, set[int]] | None = None
         self._otel: dict[str, Origin] | None = None  # the exporter's tables found, each read as an origin
         self._own_tables = True  # False: a database the OpenTelemetry Collector's exporter alone writes
 
@@ -454,9 +451,6 @@ class ClickHouseStore(Store):
         names = pa.concat_tables([names, pa.table({"name": pa.array([o.worker for o in origins if o.worker], pa.string())})])
         if names.num_rows:
             engine.insert("worker_names", names)
-        if self._requests_seen is not None:
-            for source, key in con.execute(request_keys_sql("new_records", "new_ids")).fetchall():
-                self._requests_seen.setdefault(source, set()).add(key)
         if received is not None:
             engine.insert("received", pa.table({
                 "origin_id": pa.array([received.origin_id] * len(received.offsets), pa.int64()),
@@ -502,14 +496,6 @@ class ClickHouseStore(Store):
 
     def settle_workers(self) -> None:
         """Nothing to do here: with many writers, each reader settles the names (_read_naming)."""
-
-    def requests_mark(self) -> int:
-        """Count the requests written from here on (record ids here do not count up)."""
-        self._requests_seen = {}
-        return 0
-
-    def requests_seen_since(self, first_record_id: int) -> dict[str, int]:
-        return {source: len(keys) for source, keys in (self._requests_seen or {}).items()}
 
     # -- reads: what a lookup walks, brought into `con` ------------------------------------------
 
@@ -749,7 +735,13 @@ class ClickHouseStore(Store):
                             ("request_records", stale_records), ("requests", stale_requests)):
             if rows.num_rows:
                 self.engine.insert(table, rows)
+        [(replies, unanswered, no_request)] = con.sql("""
+            SELECT count(*) FILTER (WHERE has_entry), count(*) FILTER (WHERE NOT has_entry AND names_a_request),
+                   count(*) FILTER (WHERE NOT has_entry AND NOT names_a_request)
+            FROM published_requests""").fetchall()
         return {"window": window_iso(since_ns, until_ns), "requests": requests.num_rows,
+                # the parts of `requests`, as coverage tells them apart
+                "replies": replies, "without_a_reply": unanswered, "about_no_request": no_request,
                 "records": records.num_rows, "replaced": stale_requests.num_rows}
 
     def _create_published_tables(self) -> None:

@@ -44,7 +44,6 @@ class InputError(Exception):
 class SourceSummary:
     files: int = 0
     records: int = 0
-    requests: int = 0
     quarantined: int = 0
 
 
@@ -219,14 +218,12 @@ class Ingester:
         each file's position, and the same call goes on from there."""
         result = IngestResult(errors=list(problems))
         with store_errors_named(self.store.path):
-            first_new = self.store.requests_mark()
             for path, named in files:
                 try:
                     self._read_file(path, result, named=named)
                 except OSError as e:
                     result.errors.append(f"{path}: {e.strerror or e}")
             self._commit(result)
-            self._count_requests(result, first_new)
             self.store.settle_workers()
         result.clocks = self.clocks
         return result
@@ -398,10 +395,6 @@ class Ingester:
         for i in range(min(quarantined.num_rows, 5 - len(result.quarantine_samples))):
             q = quarantined.slice(i, 1).to_pylist()[0]
             result.quarantine_samples.append(f"{q['path']}:{q['line_no']} (byte {q['offset']}): {q['reason']}")
-
-    def _count_requests(self, result: IngestResult, first_new: int) -> None:
-        for source, n in self.store.requests_seen_since(first_new).items():
-            result.by_source.setdefault(source, SourceSummary()).requests = n
 
 
 def _bulk_settings(module, parser) -> dict[str, str] | None:

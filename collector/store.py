@@ -175,18 +175,6 @@ WHERE worker_names.name = settled.name
   AND (worker_names.worker <> settled.worker OR worker_names.role IS DISTINCT FROM settled.role)
 """
 
-def request_keys_sql(records: str, ids: str) -> str:
-    """(source, key) of each record of `records` that carries a key (`ids`: their ids), the key
-    its strongest (by its hash: two keys hashing alike, 1 in 10^12, count once)."""
-    return f"""
-    SELECT r.source, arg_min(hash(i.kind, i.scope, i.value),
-        list_position(['internal_id', 'disagg_request_id', 'reply_id', 'engine_request_id'], i.kind)) AS k
-    FROM {records} r JOIN {ids} i USING (record_id)
-    WHERE i.kind IN ('internal_id', 'disagg_request_id', 'reply_id', 'engine_request_id')
-      AND (i.kind <> 'engine_request_id' OR i.scope IS NOT NULL)
-    GROUP BY r.record_id, r.source"""
-
-
 def worker_roles_sql(facts: str) -> str:
     """(instance_id, role) of the workers the entry server named, in these rows of record facts
     (`facts`, with prefill_worker and decode_worker), one role each."""
@@ -549,18 +537,6 @@ class Store:
     def _settle_worker_names(self, first_record_id: int) -> None:
         self.con.execute(NEW_WORKER_NAMES, {"first": first_record_id})
         self.con.execute(SETTLE_WORKER_NAMES)
-
-    def requests_mark(self) -> int:
-        """Where requests_seen_since counts from: the records written from here on."""
-        return self.allocate_record_ids(0)
-
-    def requests_seen_since(self, first_record_id: int) -> dict[str, int]:
-        """Requests seen per source in the records from first_record_id on: distinct values of each
-        record's strongest key (by their hashes, as the summary's count: two keys hashing alike,
-        1 in 10^12, would count once)."""
-        since = f"(SELECT * FROM {{}} WHERE record_id >= {int(first_record_id)})"
-        keys = request_keys_sql(since.format("records"), since.format("record_ids"))
-        return dict(self.con.execute(f"SELECT source, count(DISTINCT k) FROM ({keys}) GROUP BY source").fetchall())
 
     # What a parser learned of its file beyond its worker and role (the role votes of a file whose
     # records decide it), kept with the file's position: in the same transaction (write_batch's

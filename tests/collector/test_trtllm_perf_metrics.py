@@ -231,7 +231,7 @@ def disaggregated_deployment(tmp_path):
 def test_the_disagg_id_gives_one_request_with_the_router_and_both_workers(tj, tmp_path):
     run = tj("ingest", disaggregated_deployment(tmp_path), "--json")
     assert run.code == 0, run.err
-    assert run.json()["sources"]["perf_metrics_jsonl"] == {"files": 3, "records": 6, "requests": 2, "quarantined": 0}
+    assert run.json()["sources"]["perf_metrics_jsonl"] == {"files": 3, "records": 6, "quarantined": 0}
 
     result = tj("lookup", str(DISAGG_A), "--json").json()
     assert result["id_kind"] == "disagg_request_id"
