@@ -13,7 +13,9 @@ from __future__ import annotations
 
 from html import escape
 
-from tracejoin.cli.render import origin_text, record_fields, request_heading, request_lines, seconds, worker_role
+from tracejoin.cli.render import (
+    longest_phase, origin_text, record_fields, request_heading, request_lines, seconds, timeline_start, worker_role,
+)
 from tracejoin.collector.times import extent
 
 _STYLE = """
@@ -24,6 +26,10 @@ th, td { text-align: left; padding: 2px 10px 2px 0; vertical-align: top; }
 th { color: #555; font-weight: 600; }
 code, .mono { font-family: ui-monospace, monospace; font-size: 12px; }
 .warning { background: #fff4ce; padding: 6px 10px; border-left: 4px solid #e0a800; margin: 4px 0; }
+.failure { background: #b00020; color: #fff; padding: 10px 14px; margin: 8px 0; font-size: 16px; }
+.failure .what { font-weight: 700; font-size: 18px; }
+.recovered { background: #fff4ce; padding: 10px 14px; border-left: 6px solid #e0a800; margin: 8px 0; font-size: 15px; }
+.went { margin: 4px 0 10px 0; font-weight: 600; }
 .error, .error td { color: #b00020; }
 .lane { position: relative; height: 16px; background: #f3f3f6; margin: 2px 0; min-width: 600px; }
 .bar { position: absolute; top: 3px; height: 10px; background: #4a78c2; border-radius: 2px; min-width: 2px; }
@@ -69,8 +75,10 @@ def _request(request: dict, i: int, matched: int) -> str:
     records = request["records"]
     heading, failed = request_heading(request, i, matched)
     title, _, outcome = heading.partition(" · ")
-    parts = [f"<h2>{escape(title.capitalize())}</h2>",
-             f"<p class='{'error' if failed else 'warning' if request['first_error'] else ''}'>{escape(outcome)}</p>"]
+    parts = [f"<h2>{escape(title.capitalize())}</h2>", _outcome(request, failed, outcome)]
+    if longest := longest_phase(request):
+        parts.append(f"<p class=went>{escape(longest[0].upper() + longest[1:])}</p>")
+    start = timeline_start(records)
     id_rows = []
     for kind, values in request["ids"].items():
         if kind == "engine_request_id":
@@ -83,8 +91,25 @@ def _request(request: dict, i: int, matched: int) -> str:
     parts.append(_waterfall("Where the time went, as the workers measured it", _phase_lanes(request["phases"])))
     parts.append(_waterfall("Every record on one axis", _record_lanes(records)))
     parts.append("<h3>Every record</h3>")
-    parts += [_record(r) for r in records]
+    parts += [_record(r, start) for r in records]
     return "\n".join(parts)
+
+
+def _outcome(request: dict, failed: bool, outcome: str) -> str:
+    """The request's outcome, a failure first and largest: what failed, when (date and time, UTC),
+    on which worker; a failure it got past in yellow; else the plain status."""
+    error = request["first_error"]
+    if error is None:
+        return f"<p>{escape(outcome)}</p>"
+    status = request["outcome"]["http_status"]
+    when = f"{error['time'][:10]} {error['time'][11:26]} UTC" if error["time"] else "at a time not recorded"
+    where = f"{error['worker'] or '?'} ({error['role'] or '?'})"
+    answered = f"HTTP {status}" if status else "no HTTP status recorded"
+    if failed:
+        return (f"<div class=failure><div class=what>Failed: {escape(error['text'])}</div>"
+                f"<div>{escape(when)} · on {escape(where)} · {escape(answered)}</div></div>")
+    return (f"<div class=recovered><b>Answered after a failure</b> ({escape(answered)}): {escape(error['text'])}"
+            f"<div>{escape(when)} · on {escape(where)}</div></div>")
 
 
 def _waterfall(title: str, lanes: list[tuple[str, float, float, bool]]) -> str:
@@ -123,14 +148,19 @@ def _record_lanes(records: list[dict]) -> list[tuple[str, float, float, bool]]:
     return lanes
 
 
-def _record(record: dict) -> str:
+def _record(record: dict, start: float | None) -> str:
     rows = [[key, value] for key, value in (
         ("time", record["time"]), ("worker", record["worker"]), ("role", record["role"]), ("source", record["source"]),
         ("read from", origin_text(record["origin"])),
         *((f"also from {also['source']}", origin_text(also["origin"])) for also in record.get("also", ())))
         if value is not None] + [list(field) for field in record_fields(record)]
     cls = " class=error" if record["failed"] else ""
-    return (f"<details><summary{cls}><span class=mono>{escape(record['summary'])}</span></summary>"
+    # as the text's timeline: time, offset, worker, then what it says
+    when = (f"{record['time'][11:26]} +{(seconds(record['time']) - start) * 1000:.1f} ms"
+            if record["time"] and start is not None else "no time")
+    who = f"{record['worker'] or '?'} ({record['role'] or '?'})"
+    return (f"<details><summary{cls}><span class=mono>{escape(when)} · {escape(who)} · {escape(record['kind'])} · "
+            f"{escape(record['summary'])}</span></summary>"
             f"<div class=attrs>{_table(['field', 'value'], rows)}</div></details>")
 
 

@@ -300,6 +300,8 @@ def lookup_text(result: dict, full: bool = False) -> None:
         heading, failed = request_heading(request, i, matched)
         console.print(Text(visible(heading), style="bold red" if failed else "bold yellow" if request["first_error"]
                            else "bold"))
+        if longest := longest_phase(request):
+            console.print(visible(f"  {longest}"))
         ids = request["ids"]
         for kind, values in ids.items():
             if kind == "engine_request_id":
@@ -366,6 +368,35 @@ def request_heading(request: dict, i: int, matched: int) -> tuple[str, bool]:
 
 
 WATERFALL_COLUMNS = 48
+def longest_phase(request: dict) -> str | None:
+    """Where most of a request's time went, in a line: its longest phase as its workers measured it
+    (below the entry's `end to end`; and within a phase, the one of its own that took most of it:
+    the queue that held most of a time to first token) and its share of the whole request (`end to
+    end`, else all its phases together)."""
+    phases = request["phases"]
+    # a tier in front of the engines measures its time to first token from the client's side: the
+    # whole wait, not a part of it
+    parts = [p for p in phases if p["phase"] != "end to end"
+             and not (p["phase"] == "to first token" and p["role"] in ("router", "frontend", "proxy"))]
+    if not parts:
+        return None
+    whole = max((p["duration_ms"] for p in phases if p["phase"] == "end to end"), default=None)
+    if whole is None:
+        whole = 1000 * (max(seconds(p["start"]) + p["duration_ms"] / 1000 for p in phases)
+                        - min(seconds(p["start"]) for p in phases))
+
+    def within(inner: dict, outer: dict) -> bool:
+        begin = seconds(inner["start"]) - seconds(outer["start"])
+        return (inner is not outer and inner["worker"] == outer["worker"] and begin >= 0
+                and begin * 1000 + inner["duration_ms"] <= outer["duration_ms"] + 1e-6)
+
+    longest = max(parts, key=lambda p: p["duration_ms"])
+    while (inner := max((p for p in parts if within(p, longest)), key=lambda p: p["duration_ms"], default=None)) \
+            and inner["duration_ms"] >= longest["duration_ms"] / 2:
+        longest = inner
+    share = f" ({100 * longest['duration_ms'] / whole:.0f}%)" if whole > 0 else ""
+    return (f"the longest part: {longest['phase']} on {longest['worker'] or '?'} ({longest['role'] or '?'}), "
+            f"{longest['duration_ms']:.1f} of {whole:.1f} ms{share}")
 
 
 def _waterfall(request: dict) -> None:

@@ -249,7 +249,10 @@ WITH r AS (
     FROM r LEFT JOIN entry e USING (request_id)
     GROUP BY r.request_id
 )
-SELECT s.*, coalesce(e.entry_reply_id, i.reply_ids[1]) AS reply_id, i.reply_ids, i.internal_ids, i.x_request_ids,
+-- A request answered with an error status sent its client no token: it has no time to first token,
+-- whatever a worker measured of its own.
+SELECT s.* REPLACE (CASE WHEN s.http_status >= '400' THEN NULL ELSE s.ttft_ms END AS ttft_ms),
+       coalesce(e.entry_reply_id, i.reply_ids[1]) AS reply_id, i.reply_ids, i.internal_ids, i.x_request_ids,
        i.disagg_request_ids, i.trace_ids, coalesce(i.collided, false) AS collided,
        coalesce(i.names_a_request, false) AS names_a_request
 FROM summary s LEFT JOIN ids i USING (request_id) LEFT JOIN entry_reply e USING (request_id)

@@ -252,6 +252,9 @@ def test_the_demo_says_what_to_run_next_with_this_runs_ids(demo):
     assert f"{PRINTED} lookup --db {shlex.quote(str(demo.db))} {retried} --json" in demo.output
     replies = len(demo.starts(role="router"))
     assert f"joined to both workers (ctx/prefill, gen/decode): {replies} (100%)" in demo.output
+    # under the request's heading, where most of its time went
+    assert re.search(r"^request 1 of 1 · .*\n  the longest part: .+ on \S+ \((router|ctx|gen)\), [\d.]+ of [\d.]+ ms "
+                     r"\(\d+%\)$", demo.output, re.M), demo.output
 
 
 def test_the_demo_leaves_grafanas_copy_next_to_its_database(demo):
