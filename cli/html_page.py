@@ -14,7 +14,8 @@ from __future__ import annotations
 from html import escape
 
 from tracejoin.cli.render import (
-    longest_phase, origin_text, record_fields, request_heading, request_lines, seconds, timeline_start, worker_role,
+    clock_text, longest_phase, origin_text, record_fields, request_heading, request_lines, seconds, timeline_start,
+    within_text, worker_role,
 )
 from tracejoin.collector.times import extent
 
@@ -34,6 +35,8 @@ code, .mono { font-family: ui-monospace, monospace; font-size: 12px; }
 .lane { position: relative; height: 16px; background: #f3f3f6; margin: 2px 0; min-width: 600px; }
 .bar { position: absolute; top: 3px; height: 10px; background: #4a78c2; border-radius: 2px; min-width: 2px; }
 .bar.error { background: #d0343f; }
+.bar.coarse { background: repeating-linear-gradient(45deg, #b7c7e3 0 4px, #dfe6f3 4px 8px); }
+.bar.coarse.error { background: repeating-linear-gradient(45deg, #e6a1a7 0 4px, #f5d6d9 4px 8px); }
 .tick { position: absolute; top: 1px; width: 2px; height: 14px; background: #777; }
 .tick.error { background: #d0343f; }
 details { margin: 2px 0 6px 0; } summary { cursor: pointer; }
@@ -102,7 +105,7 @@ def _outcome(request: dict, failed: bool, outcome: str) -> str:
     if error is None:
         return f"<p>{escape(outcome)}</p>"
     status = request["outcome"]["http_status"]
-    when = f"{error['time'][:10]} {error['time'][11:26]} UTC" if error["time"] else "at a time not recorded"
+    when = f"{error['time'][:10]} {clock_text(error['time'])} UTC" if error["time"] else "at a time not recorded"
     where = f"{error['worker'] or '?'} ({error['role'] or '?'})"
     answered = f"HTTP {status}" if status else "no HTTP status recorded"
     if failed:
@@ -112,39 +115,45 @@ def _outcome(request: dict, failed: bool, outcome: str) -> str:
             f"<div>{escape(when)} · on {escape(where)}</div></div>")
 
 
-def _waterfall(title: str, lanes: list[tuple[str, float, float, bool]]) -> str:
-    """Lanes of (label, start, end in seconds, failed) on one time axis: a bar for what lasted, a
-    tick for what did not."""
+def _waterfall(title: str, lanes: list[tuple[str, float, float, bool, bool]]) -> str:
+    """Lanes of (label, start, end in seconds, failed, known only to the second) on one time axis: a
+    bar for what lasted, a tick for what did not, a pale bar for the time a line logged to the
+    second can have been written in."""
     if not lanes:
         return ""
-    start = min(b for _, b, _, _ in lanes)
-    span = max(max(e for _, _, e, _ in lanes) - start, 1e-6)
+    start = min(b for _, b, _, _, _ in lanes)
+    span = max(max(e for _, _, e, _, _ in lanes) - start, 1e-6)
     rows = []
-    for label, begin, until, failed in lanes:
-        cls = " error" if failed else ""
+    for label, begin, until, failed, coarse in lanes:
+        cls = (" error" if failed else "") + (" coarse" if coarse else "")
         left = 100 * (begin - start) / span
         if until > begin:
             mark = f"<div class='bar{cls}' style='left:{left:.3f}%;width:{100 * (until - begin) / span:.3f}%'></div>"
         else:
             mark = f"<div class='tick{cls}' style='left:{left:.3f}%'></div>"
-        rows.append(f"<tr><td class=mono>+{(begin - start) * 1000:.1f} ms · {escape(label)}</td>"
+        offset = f"+{(begin - start) * 1000:.1f}" + (f"…{(until - start) * 1000:.1f}" if coarse else "")
+        rows.append(f"<tr><td class=mono>{offset} ms · {escape(label)}</td>"
                     f"<td style='width:60%'><div class=lane>{mark}</div></td></tr>")
     return f"<h3>{escape(title)}: {span * 1000:.1f} ms</h3><table style='width:100%'>{''.join(rows)}</table>"
 
 
-def _phase_lanes(phases: list[dict]) -> list[tuple[str, float, float, bool]]:
+def _phase_lanes(phases: list[dict]) -> list[tuple[str, float, float, bool, bool]]:
     return [(f"{p['worker'] or '?'} ({p['role'] or '?'}) · {p['phase']}", seconds(p["start"]),
-             seconds(p["start"]) + p["duration_ms"] / 1000, p["failed"]) for p in phases]
+             seconds(p["start"]) + p["duration_ms"] / 1000, p["failed"], False) for p in phases]
 
 
-def _record_lanes(records: list[dict]) -> list[tuple[str, float, float, bool]]:
+def _record_lanes(records: list[dict]) -> list[tuple[str, float, float, bool, bool]]:
     """A lane a record with a wall-clock time (those without one are listed below only)."""
     lanes = []
     for r in records:
         if r["time"]:
-            begin, until = extent(r["kind"], seconds(r["time"]), (r["duration_ms"] or 0) / 1000)
+            if r.get("within"):  # logged to the second: the span of time it can have been written in
+                begin, until, coarse = seconds(r["within"]["from"]), seconds(r["within"]["until"]), True
+            else:
+                begin, until = extent(r["kind"], seconds(r["time"]), (r["duration_ms"] or 0) / 1000)
+                coarse = False
             lanes.append((f"{r['worker'] or '?'} ({r['role'] or '?'}) · {r['kind']} · {r['name'] or ''}",
-                          begin, until, r["failed"]))
+                          begin, until, r["failed"], coarse))
     return lanes
 
 
@@ -156,8 +165,12 @@ def _record(record: dict, start: float | None) -> str:
         if value is not None] + [list(field) for field in record_fields(record)]
     cls = " class=error" if record["failed"] else ""
     # as the text's timeline: time, offset, worker, then what it says
-    when = (f"{record['time'][11:26]} +{(seconds(record['time']) - start) * 1000:.1f} ms"
-            if record["time"] and start is not None else "no time")
+    if record.get("within") and start is not None:
+        when = f"{clock_text(record['time'])} +{within_text(record, start)} ms"
+    elif record["time"] and start is not None:
+        when = f"{clock_text(record['time'])} +{(seconds(record['time']) - start) * 1000:.1f} ms"
+    else:
+        when = "no time"
     who = f"{record['worker'] or '?'} ({record['role'] or '?'})"
     return (f"<details><summary{cls}><span class=mono>{escape(when)} · {escape(who)} · {escape(record['kind'])} · "
             f"{escape(record['summary'])}</span></summary>"

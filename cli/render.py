@@ -18,7 +18,6 @@ from pathlib import Path
 
 import orjson
 
-from tracejoin.collector.error_lines import TEXT_LOGS
 
 PROGRESS_MIN_BYTES = 32 << 20  # below this a bar only flickers
 SUMMARY_SHOWN = 20  # the requests a lookup lists in its summary table, of many that share a label
@@ -311,7 +310,7 @@ def lookup_text(result: dict, full: bool = False) -> None:
         start = timeline_start(request["records"])
         workers = []
         for w in request["workers"]:
-            own = [seconds(r["time"]) for r in request["records"] if r["worker"] == w["worker"] and r["time"]]
+            own = [placed(r) for r in request["records"] if r["worker"] == w["worker"] and r["time"]]
             workers.append([w["worker"] or "?", worker_role(w), str(w["records"]),
                             _offset(min(own), start) if own else "", _offset(max(own), start) if own else ""])
         columns(["worker", "role", "records", "first", "last"], workers)
@@ -323,8 +322,10 @@ def lookup_text(result: dict, full: bool = False) -> None:
         for r in request["records"]:
             t = seconds(r["time"]) if r["time"] else None
             steady = r.get("steady_s")
-            if t is not None:
-                cells = [r["time"][11:26], _offset(t, start), "" if previous is None else f"{(t - previous) * 1000:.1f}"]
+            if r.get("within"):  # known to its second: where in it, as far as the request tells
+                cells = [clock_text(r["time"]), within_text(r, start), ""]
+            elif t is not None:
+                cells = [clock_text(r["time"]), _offset(t, start), "" if previous is None else f"{(t - previous) * 1000:.1f}"]
                 previous = t
             elif steady is not None:
                 cells = ["steady", _offset(steady, steady_start),
@@ -342,13 +343,26 @@ def lookup_text(result: dict, full: bool = False) -> None:
 
 
 def timeline_start(records: list[dict]) -> float | None:
-    """Where a request's timeline starts (its +0.0): its first record timed finer than a text log's
-    second, else its first record. A line of a log stamped to the second (TensorRT-LLM's, vLLM's)
-    is placed at the start of its second, before the request may have begun: it is shown before the
-    start, not taken for it."""
-    times = [seconds(r["time"]) for r in records if r["time"]]
-    precise = [seconds(r["time"]) for r in records if r["time"] and r["source"] not in TEXT_LOGS]
-    return min(precise or times) if times else None
+    """Where a request's timeline starts (its +0.0): the first moment its records place it at. A
+    line of a log stamped to the second (TensorRT-LLM's, vLLM's) counts from the first moment the
+    request's finer records leave for it (`within`), not from the start of its second."""
+    return min((placed(r) for r in records if r["time"]), default=None)
+
+
+def placed(record: dict) -> float:
+    """Where a timed record (lookup --json's) goes on the timeline, in seconds: at its time, or a
+    line known to its second at the first moment it can have been written (`within`)."""
+    return seconds(record["within"]["from"] if record.get("within") else record["time"])
+
+
+def clock_text(iso: str) -> str:
+    """The time of day of an ISO time, to the digits it has (`07:01:19` for a line's second)."""
+    return iso[11:].rstrip("Z")
+
+
+def within_text(record: dict, start: float | None) -> str:
+    """Where on the timeline a line known to its second can have been written: `+ms…+ms`."""
+    return f"{_offset(seconds(record['within']['from']), start)}…{_offset(seconds(record['within']['until']), start)}"
 
 
 def request_heading(request: dict, i: int, matched: int) -> tuple[str, bool]:
@@ -362,7 +376,7 @@ def request_heading(request: dict, i: int, matched: int) -> tuple[str, bool]:
         parts.append("the client left first")
     failed = error is not None and (status is None or status >= 500)
     if error:
-        where = ", ".join(filter(None, (error["worker"] or "?", error["role"] or "?", (error["time"] or "")[11:26])))
+        where = ", ".join(filter(None, (error["worker"] or "?", error["role"] or "?", clock_text(error["time"] or ""))))
         parts.append(f"{'failed' if failed else 'answered after a failure'}: {error['text']} ({where})")
     return " · ".join(parts), failed
 
@@ -439,7 +453,10 @@ def _full_record(console, record: dict, start: float | None) -> None:
     from rich.text import Text
 
     t = seconds(record["time"]) if record["time"] else None
-    when = f"+{_offset(t, start)} ms" if t is not None and start is not None else record["time"] or "no time"
+    if record.get("within") and start is not None:
+        when = f"+{within_text(record, start)} ms (logged to the second)"
+    else:
+        when = f"+{_offset(t, start)} ms" if t is not None and start is not None else record["time"] or "no time"
     console.print()
     console.print(Text(visible(f"{when}  {record['worker'] or '?'} ({record['role'] or '?'})  {record['kind']}  "
                                f"{record['name'] or ''}"), style="bold"))

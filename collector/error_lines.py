@@ -20,12 +20,8 @@ import re
 
 import orjson
 
-from .times import extent, failure_known_ns, ns_to_iso, shown_order
+from .times import SECOND_NS, TEXT_LOGS, extent, failure_known_ns, ns_to_iso, shown_order
 
-# The text-log sources and the resolution of their times (ns): their lines are the ones that name
-# no request, and a line's time says only in which second it was written.
-TEXT_LOGS = {"trtllm_log": 1_000_000_000, "vllm_log": 1_000_000_000, "sglang_log": 1_000_000_000,
-             "text_log": 1_000_000_000}
 # The lines of one traceback read at most, after or before the line a lookup found.
 TRACEBACK_LINES = 400
 _WORRYING = ("WARN", "WARNING", "ERROR", "CRITICAL", "FATAL")
@@ -48,7 +44,7 @@ def inferred_rows(graph, rows: list[dict]) -> list[dict]:
                 and _worrying(r)]
     if not evidence:
         return []
-    resolution = max(TEXT_LOGS.values())
+    resolution = SECOND_NS  # the text logs' lines name no request, and their times say only the second
     own = {r["record_id"] for r in rows}
     by_worker: dict[str, list[tuple[int, int]]] = {}
     for r in evidence:
@@ -70,7 +66,7 @@ def inferred_rows(graph, rows: list[dict]) -> list[dict]:
         if node.ids or node.trace_id:
             continue  # it names what it belongs to: the walk has placed it, or not
         row = _row(graph, record_id)
-        second = (row["time_ns"], row["time_ns"] + TEXT_LOGS[row["source"]])
+        second = (row["time_ns"], row["time_ns"] + SECOND_NS)
         there = [r for r in evidence if r["worker"] == row["worker"]
                  for start, end in [extent(r["kind"], r["time_ns"], r["duration_ns"] or 0)] if start < second[1] and end >= second[0]]
         # placed where the request failed there (where a warning was all it had: at the warning)

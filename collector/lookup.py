@@ -19,7 +19,7 @@ from .ids import (
 )
 from .request_list import summaries
 from .requests import build_requests, requests_current, summarize_grouped, update_requests
-from .times import extent, failure_known_ns, ns_to_iso, shown_order
+from .times import SECOND_NS, extent, failure_known_ns, known_to_ns, ns_to_iso, shown_order
 from .store import Store
 from .tokens import TOKEN
 
@@ -224,13 +224,14 @@ def _request_json(graph: IdGraph, request) -> dict:
     _place_steady_times(rows)
     rows = error_lines.whole_texts(graph, rows + error_lines.inferred_rows(graph, rows))
     rows = _one_event_once(rows)
+    _place_coarse_times(rows)
     origins = graph.origins({r["origin_id"] for r in rows} | {o["origin_id"] for r in rows for o in r["also"]})
     _warn_guessed_times(graph, rows, origins)
     records = []
     workers: dict[str, dict] = {}
     for row in rows:
         rec = {
-            "time": ns_to_iso(row["time_ns"]) if row["time_ns"] is not None else None,
+            "time": _time_text(row),
             "source": row["source"],
             "kind": row["kind"],
             "worker": row["worker"],
@@ -251,6 +252,8 @@ def _request_json(graph: IdGraph, request) -> dict:
             rec.update(text=row["text"], lines=row["lines"], exception=row["exception"])
         if row.get("inferred"):
             rec["inferred"] = True
+        if row.get("within"):
+            rec["within"] = {"from": ns_to_iso(row["within"][0]), "until": ns_to_iso(row["within"][1])}
         if row["also"]:
             rec["also"] = [{"source": other["source"], "origin": _origin(origins, other)} for other in row["also"]]
             rec["summary"] += " · also from " + ", ".join(dict.fromkeys(other["source"] for other in row["also"]))
@@ -271,11 +274,14 @@ def _request_json(graph: IdGraph, request) -> dict:
         if row["role"] and (w["role"] is None or (w["role_from"] == "name" and not row["role_by_name"])):
             w["role"], w["role_from"] = row["role"], "name" if row["role_by_name"] else "stated"
         w["records"] += 1
-    # The failure first known (failure_known_ns); of two at once, the one that says why.
+    # The failure first known (failure_known_ns; a line known to its second, at the first moment it
+    # can have been written); of two at once, the one that says why.
     failed = min((row for row in rows if row["failed"]), default=None, key=lambda row: (
-        row["time_ns"] is None, row["time_ns"] is not None and failure_known_ns(row), not row.get("exception")))
+        row["time_ns"] is None, row["time_ns"] is not None and (row["within"][0] if row.get("within")
+                                                                else failure_known_ns(row)),
+        not row.get("exception")))
     first_error = None if failed is None else {
-        "time": ns_to_iso(failed["time_ns"]) if failed["time_ns"] is not None else None,
+        "time": _time_text(failed),
         "worker": failed["worker"], "role": failed["role"],
         "text": " · ".join(dict.fromkeys(filter(None, (
             None if failed.get("exception") and failed["name"] == _TRACEBACK else failed["name"],
@@ -484,6 +490,39 @@ def _place_steady_times(rows: list[dict]) -> None:
             r["time_ns"] = round(r["steady_s"] * 1e9) + anchor[0]
             r["anchor"] = anchor[1]
     rows.sort(key=lambda r: (r["time_ns"] is None, r["time_ns"] or 0, r["steady_s"] or 0))
+
+
+def _time_text(row: dict) -> str | None:
+    """A record's time as ISO text, to the digits it is known to: a text log's line to its second."""
+    if row["time_ns"] is None:
+        return None
+    return ns_to_iso(row["time_ns"], 1 if row.get("inferred") else known_to_ns(row["source"], row["time_ns"]))
+
+
+def _place_coarse_times(rows: list[dict]) -> None:
+    """Place the records timed to the second (a text log's lines) within what is known of them:
+    in their second, and within the request's finer-timed records where those overlap it (an
+    engine's `Generated response` line stamped 07:01:19 belongs to a request whose records ran from
+    07:01:18.95 to 07:01:19.23: it was written between 07:01:19.000 and 07:01:19.23); in the order
+    of their file. Each gets `within` (ns from, until), and the rows are ordered by where each
+    can first have been. A line an error line placed at a failure (`inferred`) stays there."""
+    coarse = [r for r in rows if r["time_ns"] is not None and not r.get("inferred")
+              and known_to_ns(r["source"], r["time_ns"]) == SECOND_NS]
+    if not coarse:
+        return
+    fine = [extent(r["kind"], r["time_ns"], r["duration_ns"] or 0) for r in rows
+            if r["time_ns"] is not None and (r.get("inferred") or known_to_ns(r["source"], r["time_ns"]) == 1)]
+    known = (min(b for b, _ in fine), max(e for _, e in fine)) if fine else None
+    last_of_file: dict[int, int] = {}
+    for r in sorted(coarse, key=lambda r: (r["origin_id"], r["offset"], r["seq"])):
+        begin, end = r["time_ns"], r["time_ns"] + SECOND_NS
+        if known and begin <= known[1] and known[0] < end:  # the request's own times narrow the second
+            begin, end = max(begin, known[0]), min(end, known[1])
+        begin = min(max(begin, last_of_file.get(r["origin_id"], begin)), end)  # not before the line above it
+        last_of_file[r["origin_id"]] = begin
+        r["within"] = (begin, end)
+    rows.sort(key=lambda r: (r["time_ns"] is None, r["within"][0] if r.get("within") else r["time_ns"] or 0,
+                             *shown_order(r)[2:]))
 
 
 def _exception(attrs: dict) -> str | None:

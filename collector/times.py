@@ -1,5 +1,5 @@
-"""Wall-clock times as ns since the epoch, UTC, to and from ISO 8601 text; when a record's
-duration ran, and when the failure it states was known."""
+"""Wall-clock times as ns since the epoch, UTC, to and from ISO 8601 text; how finely a record's
+time is known; when a record's duration ran, and when the failure it states was known."""
 
 from __future__ import annotations
 
@@ -58,10 +58,25 @@ def _iso_to_ns(text: str) -> int:
     return int(dt.timestamp()) * 1_000_000_000 + fraction_ns
 
 
-def ns_to_iso(ns: int) -> str:
-    seconds, rest = divmod(ns, 1_000_000_000)
+SECOND_NS = 1_000_000_000
+# The sources that read text logs: engines stamp their lines to the second (TensorRT-LLM's
+# `[MM/DD/YYYY-HH:MM:SS]`, vLLM's `MM-DD HH:MM:SS`, SGLang's `[YYYY-MM-DD HH:MM:SS]`).
+TEXT_LOGS = ("trtllm_log", "vllm_log", "sglang_log", "text_log")
+
+
+def known_to_ns(source: str, time_ns: int) -> int:
+    """How finely a record's time is known, in ns: a text log's line timed on a whole second was
+    stamped to the second (a wrapper's own stamp, kubectl's `--timestamps` or the kubelet's, and
+    the formats that write fractions are finer: a fraction of exactly zero is taken for a second's
+    stamp too, a place within that second that is merely drawn wider)."""
+    return SECOND_NS if source in TEXT_LOGS and time_ns % SECOND_NS == 0 else 1
+
+
+def ns_to_iso(ns: int, known_to: int = 1) -> str:
+    """The time as ISO 8601 text, with no more digits than it is known to (`known_to`, ns)."""
+    seconds, rest = divmod(ns, SECOND_NS)
     base = datetime.fromtimestamp(seconds, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S")
-    return f"{base}.{rest // 1000:06d}Z"
+    return f"{base}Z" if known_to >= SECOND_NS else f"{base}.{rest // 1000:06d}Z"
 
 
 def window_iso(since_ns: int | None, until_ns: int | None) -> dict:

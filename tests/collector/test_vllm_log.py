@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from datetime import datetime, timezone
 
+import orjson
 import pytest
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
@@ -141,7 +142,7 @@ def test_times_without_a_year_take_the_files_and_say_so(tj, tmp_path):
     run = tj("ingest", log)
     assert "the year 2026 from the file's modification time" in run.err
     [request] = tj("lookup", "chatcmpl-952be734a436bcaf", "--json").json()["requests"]
-    assert request["records"][0]["time"] == "2026-12-31T23:59:59.000000Z"
+    assert request["records"][0]["time"] == "2026-12-31T23:59:59Z"
     assert "the year 2026 from the file's modification time" in request["records"][0]["origin"]["local_time"]
 
 
@@ -384,3 +385,40 @@ def test_the_endpoint_pickers_spans_in_a_trace_of_two_requests_join_neither(tj, 
     for reply in replies:
         [request] = tj("lookup", reply, "--json").json()["requests"]
         assert sorted(w["role"] for w in request["workers"]) == ["decode", "prefill", "proxy"]
+
+
+def test_a_line_logged_to_the_second_is_shown_to_the_second_within_its_request(tj, tmp_path):
+    """vLLM stamps its lines to the second. Its `Generated response` line of a request a proxy timed
+    from 10:15:02.950 to 10:15:03.230 says 10:15:03: it was written between 10:15:03.000 and
+    10:15:03.230. It is shown so (never at 10:15:03.000000, nor before the proxy took the request),
+    and its `Received request` line of 10:15:02 between the proxy's start and the end of that second."""
+    reply = "chatcmpl-0123456789abcdef"
+    proxy = [{"schema": "tracejoin.log.v1", "ts": ts, "level": "info", "event": event, "role": "proxy",
+              "worker": "gw:8000", "internal_id": "req-1", **fields} for ts, event, fields in (
+        ("2026-08-20T10:15:02.950000Z", "request.start", {"route": "/v1/chat/completions"}),
+        ("2026-08-20T10:15:03.230000Z", "request.end", {"status": 200, "duration_ms": 280.0, "reply_id": reply}))]
+    (tmp_path / "proxy.jsonl").write_text("".join(orjson.dumps(line).decode() + "\n" for line in proxy))
+    write_log(tmp_path / "vllm-0.log", [
+        line(f"Received request {reply}: params: SamplingParams(n=1, max_tokens=8), lora_request: None.",
+             at="08-20 10:15:02"),
+        line(f"Generated response {reply}: output: 'hi', finish_reason: stop", at="08-20 10:15:03")])
+    assert tj("ingest", tmp_path).code == 0
+
+    [request] = tj("lookup", reply, "--json").json()["requests"]
+    lines = {r["name"].split(" chatcmpl")[0]: r for r in request["records"] if r["source"] == "vllm_log"}
+    assert (lines["Received request"]["time"], lines["Received request"]["within"]) == (
+        "2026-08-20T10:15:02Z", {"from": "2026-08-20T10:15:02.950000Z", "until": "2026-08-20T10:15:03.000000Z"})
+    assert (lines["Generated response"]["time"], lines["Generated response"]["within"]) == (
+        "2026-08-20T10:15:03Z", {"from": "2026-08-20T10:15:03.000000Z", "until": "2026-08-20T10:15:03.230000Z"})
+    assert [r["name"].split(" ")[0] for r in request["records"]] == [
+        "request.start", "Received", "Generated", "request.end"]  # ordered by what is known of each
+
+    text = tj("lookup", reply).out
+    [received] = [ln for ln in text.splitlines() if "Received request" in ln]
+    [generated] = [ln for ln in text.splitlines() if "Generated response" in ln]
+    assert received.split()[:2] == ["10:15:02", "0.0…50.0"] and generated.split()[:2] == ["10:15:03", "50.0…280.0"]
+    assert "10:15:03.000000" not in text and "-" not in received.split()[1]
+    page = tmp_path / "ticket.html"
+    assert tj("lookup", reply, "--html", page).code == 0
+    html = page.read_text()
+    assert html.count("class='bar coarse'") == 2 and "10:15:03.000000" not in html  # drawn as the time they can be in
