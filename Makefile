@@ -22,9 +22,10 @@ demo: $(BIN)/trace-join
 # The whole suite, the real-Dynamo integration tests (tests/integration/) included. Those install
 # Dynamo into a cached virtual environment of its own on first use (~/.cache/trace-join, or
 # $$TRACEJOIN_CACHE; a minute or two, ~700 MB), so nothing of Dynamo's lands in .venv; they are
-# skipped only where its wheels cannot be installed.
+# skipped only where its wheels cannot be installed. The test files run in parallel, one process a core
+# (a file's tests together, in one process: its module fixtures, a demo run, are made once).
 test: $(BIN)/trace-join
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n auto --dist loadfile
 
 # Only the real-Dynamo integration tests.
 integration: $(BIN)/trace-join

@@ -144,15 +144,12 @@ def table_of_rows(rows: list[dict], as_json: bool, title: str) -> None:
     if as_json:
         print_json(rows)
         return
-    from rich.table import Table
-
     if not rows:
         print(f"no {title}")
         return
-    table = Table(*rows[0].keys(), title=title, title_justify="left")
-    for row in rows:
-        _add_row(table, *("" if v is None else str(v) for v in row.values()))
-    _console().print(table)
+    # aligned columns rather than a rich Table, which shortens a long file name to fit the width
+    print(title)
+    columns(list(rows[0].keys()), [["" if v is None else str(v) for v in row.values()] for row in rows])
 
 
 def request_table(rows: list[dict], numbered: bool = False) -> None:

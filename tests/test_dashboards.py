@@ -246,10 +246,11 @@ def test_macros_expand_as_the_plugin_does():
             expand(unknown, window, {"x": "1"})
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def clickhouse_demo(demo, tmp_path_factory) -> Iterator:
     """The demo's records ingested into chdb as the demo ingested them, and every request published
-    for Grafana's ClickHouse data source: the chdb store, open in this process."""
+    for Grafana's ClickHouse data source: the chdb store, open in this process for this module only
+    (chdb serves one folder a process until it is closed: other modules open theirs)."""
     pytest.importorskip("chdb", reason="chdb (ClickHouse's engine in process) is not installed")
     spec = f"chdb:{tmp_path_factory.mktemp('clickhouse-dashboards') / 'demo.chdb'}"
     zone = datetime.now().astimezone().strftime("%z")

@@ -65,7 +65,7 @@ def with_values(**values) -> dict:
 
 
 @pytest.mark.parametrize("key", TEXT_FIELDS)
-@pytest.mark.parametrize("value", WRONG, ids=repr)
+@pytest.mark.parametrize("value", WRONG, ids=lambda v: "missing" if v is MISSING else repr(v))
 def test_one_odd_field_gives_the_field_by_field_reason(key, value):
     obj = with_values(**{key: value})
     assert reason(obj) == reason_field_by_field(obj)
