@@ -70,7 +70,8 @@ def ingester_seconds(files: list[Path], db: Path) -> float:
 
 
 def run(cfg: Config, lines: int, small_files_count: int, notes: list[str]) -> list[Row]:
-    return lines_run(cfg, lines, notes) + mixed_run(cfg, lines) + many_files_run(cfg, small_files_count)
+    return (lines_run(cfg, lines, notes) + real_dynamo_run(cfg, lines) + mixed_run(cfg, lines)
+            + many_files_run(cfg, small_files_count))
 
 
 def lines_run(cfg: Config, lines: int, notes: list[str]) -> list[Row]:
@@ -99,6 +100,38 @@ def lines_run(cfg: Config, lines: int, notes: list[str]) -> list[Row]:
         run_child([TRACE_JOIN, "ingest", "--db", str(_fresh(db)), *map(str, files)], profile_to=raw)
         notes.append(summarize(raw))
     return rows
+
+
+# -- lines a real Dynamo deployment wrote ----------------------------------------------------------
+
+TARGET_REAL_RATIO = 0.5
+
+
+def real_dynamo_run(cfg: Config, lines: int) -> list[Row]:
+    """`trace-join ingest` of a real Dynamo run's request lines, made fresh into one file per worker
+    (bench/real_dynamo.py), against DuckDB's `read_json` of the same files."""
+    from tracejoin.cli.demo.dynamo import DynamoUnavailable
+
+    from .real_dynamo import CAPTURED_REQUESTS, RealDynamoCorpus
+
+    try:
+        corpus = RealDynamoCorpus(cfg.data / "real-dynamo-corpus", max(1, lines // 11)).ensure(
+            cfg.data / "real-dynamo-capture")
+    except DynamoUnavailable as e:
+        return [Row("1 ingest", "real Dynamo lines: not measured", float("nan"), "", note=f"Dynamo cannot run here: {e}")]
+    files, n = corpus.files(), corpus.lines()
+    db = cfg.data / "real-dynamo.duckdb"
+    baseline, cli = [], []
+    for _ in range(cfg.runs):
+        baseline.append(read_json_seconds(files, cfg.data / "read_json.duckdb"))
+        cli.append(check(run_child([TRACE_JOIN, "ingest", "--db", str(_fresh(db)), *map(str, files)]),
+                         "trace-join ingest").seconds)
+    base_rate, rate = n / median(baseline), n / median(cli)
+    size = (f"{n:,} lines, {corpus.bytes() / 1e6:.0f} MB, 16 files: {CAPTURED_REQUESTS} requests a real Dynamo "
+            f"frontend, prefill and decode worker logged, with fresh ids")
+    return [Row("1 ingest", "real Dynamo lines: `trace-join ingest` (whole command), records/s", rate, "rec/s",
+                base_rate, f"≥ {TARGET_REAL_RATIO}×", rate >= TARGET_REAL_RATIO * base_rate, size),
+            _floor_row(baseline, cfg, db, base_rate, n, "rec/s", TARGET_REAL_RATIO)]
 
 
 # -- a mixed corpus ----------------------------------------------------------------------------
