@@ -26,7 +26,7 @@ from tracejoin.cli.demo.dynamo import DYNAMO_VERSION, MODEL_NAME, DynamoDeployme
 from .corpus import DECODES, FRONTENDS, PREFILLS, REQUESTS_PER_SECOND
 
 CAPTURED_REQUESTS = 200
-VERSION = 1  # bump when what is captured or how it is replicated changes
+VERSION = 2  # bump when what is captured or how it is replicated changes
 ROLES = ("frontend", "prefill", "decode")
 
 _REQUEST_ID = re.compile(rb'"request_id":"([0-9a-f-]{36})"')
@@ -104,6 +104,12 @@ def _time(line: bytes) -> dt.datetime:
     return dt.datetime.fromisoformat(_TIME.search(line).group(1).decode()).replace(tzinfo=dt.timezone.utc)
 
 
+def _moved(m: re.Match, by: dt.timedelta) -> bytes:
+    """A `"time":"…Z"` field moved by `by`."""
+    moved = dt.datetime.fromisoformat(m.group(1).decode()) + by
+    return b'"time":"%sZ"' % moved.isoformat(timespec="microseconds").encode()
+
+
 def _instance(role: str, i: int) -> bytes:
     return str(int(hashlib.md5(f"{role}-{i}".encode()).hexdigest()[:15], 16)).encode()
 
@@ -145,7 +151,10 @@ class RealDynamoCorpus:
         lines = 0
         for role, role_outs in outs.items():
             for i, out in enumerate(role_outs):
-                header = b"".join(captured.headers[role])
+                # each process started a few ms after the one before, as a fleet's do: files that
+                # begin alike would be taken for one file under two names
+                started = dt.timedelta(milliseconds=7 * i)
+                header = _TIME.sub(lambda m: _moved(m, started), b"".join(captured.headers[role]))
                 if role != "frontend":
                     header = header.replace(captured.instances[role], _instance(role, i))
                 out.write(header)
@@ -171,16 +180,12 @@ class RealDynamoCorpus:
             shift = (captured.second + dt.timedelta(seconds=k / REQUESTS_PER_SECOND)
                      - captured.starts[templates[k % len(templates)]])
 
-            def time(m: re.Match) -> bytes:
-                moved = dt.datetime.fromisoformat(m.group(1).decode()) + shift
-                return b'"time":"%sZ"' % moved.isoformat(timespec="microseconds").encode()
-
             chosen = {"frontend": k % FRONTENDS, "prefill": k % PREFILLS, "decode": (k * 7) % DECODES}
             x_request_id = b'"x_request_id":"xr-%d"' % k
             for role in ROLES:
                 text = b"".join(template[role])
                 text = _HEX_ID.sub(hex_id, _UUID.sub(uuid, text))
-                text = _TIME.sub(time, _X_REQUEST_ID.sub(x_request_id, text))
+                text = _TIME.sub(lambda m: _moved(m, shift), _X_REQUEST_ID.sub(x_request_id, text))
                 for worker_role in ("prefill", "decode"):
                     text = text.replace(captured.instances[worker_role], _instance(worker_role, chosen[worker_role]))
                 outs[role][chosen[role]].write(text)

@@ -86,6 +86,11 @@ CLICKHOUSE_SCHEMA = [
     """CREATE TABLE IF NOT EXISTS quarantine (
         origin_id Int64, path String, offset Int64, line_no Int64, reason String, excerpt Nullable(String)
     ) ENGINE = ReplacingMergeTree ORDER BY (origin_id, offset)""",
+    # The bytes of the lines read (line_blocks.py), written with their records; a block written
+    # twice (a batch retried after its positions failed) is one row.
+    """CREATE TABLE IF NOT EXISTS line_blocks (
+        origin_id Int64, offset Int64, length Int32, bytes String
+    ) ENGINE = ReplacingMergeTree ORDER BY (origin_id, offset)""",
     "CREATE TABLE IF NOT EXISTS worker_aliases (alias String, worker String, updated DateTime64(6) DEFAULT now64(6)) "
     "ENGINE = ReplacingMergeTree(updated) ORDER BY alias",
     "CREATE TABLE IF NOT EXISTS worker_roles (instance_id String, role String, updated DateTime64(6) DEFAULT now64(6)) "
@@ -398,7 +403,7 @@ class ClickHouseStore(Store):
 
     def write_batch(self, batch: BatchBuilder, bulk: BulkRows | None = None, aliases: dict[str, str] | None = None,
                     parser_states: dict[int, dict] | None = None, received: Received | None = None,
-                    parsed: Parsed | None = None) -> pa.Table:
+                    parsed: Parsed | None = None, blocks: pa.Table | None = None) -> pa.Table:
         """As the DuckDB store's, with the record ids of the records' places, and the rows in before
         the positions (the module's doc)."""
         con = self.con
@@ -412,6 +417,8 @@ class ClickHouseStore(Store):
                 self._renumbered(f"SELECT * FROM batch_records{f' UNION ALL BY NAME ({bulk.records})' if bulk else ''}",
                                  f"SELECT * FROM batch_record_ids{f' UNION ALL BY NAME ({bulk.ids})' if bulk else ''}")
             del records, ids
+            if blocks is not None and blocks.num_rows:
+                self.engine.insert("line_blocks", blocks)
             self._write_rows(quarantined, origins, aliases or {}, parser_states or {}, received, parsed)
         except BaseException:
             self._next_record_id = None

@@ -15,10 +15,11 @@ import os
 import stat
 import zlib
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
-from . import bulk, sources
+from . import bulk, line_blocks, sources
 from .lines import MAX_LINE, iter_lines, read_line, read_pieces
 from .records import BatchBuilder
 from .store import BulkRows, Origin, Store, store_errors_named
@@ -201,6 +202,7 @@ class Ingester:
         self.tz = tz  # the zone of local times, for formats whose times have none
         self._batch = BatchBuilder()  # what was read line by line and is not committed yet, of one file or many
         self._bulk = bulk.BulkReader(store, self._reached)  # what was staged to be read in bulk
+        self._kept = line_blocks.Keeper()  # the bytes read, kept in the store with their records
         self._bulk_lines = batch_records or BULK_BATCH_RECORDS
         self._aliases: dict[str, str] = {}  # other names of workers, learned since the last commit
         self._states: dict[int, dict] = {}  # what parsers learned of their files (state()), by origin
@@ -311,7 +313,8 @@ class Ingester:
         start = consumed = flushed = origin.consumed
         max_line = getattr(module, "MAX_LINE", MAX_LINE)
         try:
-            for offset, line, length, terminated in iter_lines(f, origin.consumed, max_line):
+            keep = partial(self._kept.add, origin.origin_id)
+            for offset, line, length, terminated in iter_lines(f, origin.consumed, max_line, on_piece=keep):
                 line_no += 1
                 if read_line(batch, parser, str(path), line_no, offset, line, length, terminated,
                              getattr(f, "cut_short", None), max_line) is not None:
@@ -342,6 +345,7 @@ class Ingester:
         start = origin.consumed
         for offset, data, length, terminated in read_pieces(f, origin.consumed, file.max_line, bulk.CHUNK_BYTES):
             self._bulk.add(file, offset, data, length, terminated, getattr(f, "cut_short", None))
+            self._kept.add(origin.origin_id, offset, data)
             if self._bulk.bytes >= FLUSH_BYTES or self._bulk.lines >= self._bulk_lines:
                 self._commit(result)
                 if max_bytes is not None and file.consumed - start >= max_bytes:
@@ -361,6 +365,7 @@ class Ingester:
         """The batch holds the origin's records up to `consumed`: its position moves there, with
         what the parser learned of the file, to be written with the batch."""
         self.progress(consumed - origin.consumed)
+        self._kept.reached(origin.origin_id, consumed)
         origin.consumed, origin.lines = consumed, line_no
         origin.worker, origin.role = parser.worker, parser.role
         origin.clock = getattr(parser, "clock", None)
@@ -391,7 +396,12 @@ class Ingester:
         result.unread += batch.unread
         result.unread_samples += batch.unread_samples[:5 - len(result.unread_samples)]
         aliases, states, self._aliases, self._states = self._aliases, self._states, {}, {}
-        quarantined = self.store.write_batch(batch, bulk=rows, aliases=aliases, parser_states=states)
+        try:
+            quarantined = self.store.write_batch(batch, bulk=rows, aliases=aliases, parser_states=states,
+                                                 blocks=self._kept.take(batch.origins))
+        except BaseException:
+            self._kept.forget()  # read again from the positions stored, with the lines' records
+            raise
         for i in range(min(quarantined.num_rows, 5 - len(result.quarantine_samples))):
             q = quarantined.slice(i, 1).to_pylist()[0]
             result.quarantine_samples.append(f"{q['path']}:{q['line_no']} (byte {q['offset']}): {q['reason']}")

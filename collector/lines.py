@@ -4,7 +4,7 @@ into a batch (its records, or its quarantine row with the reason), whichever way
 
 from __future__ import annotations
 
-from typing import Iterator
+from typing import Callable, Iterator
 
 from . import sources
 from .records import BatchBuilder, Unstorable
@@ -49,10 +49,13 @@ def read_pieces(f, start: int, max_line: int = MAX_LINE,
         yield offset, pending, len(pending), False
 
 
-def iter_lines(f, start: int, max_line: int = MAX_LINE,
-               chunk_size: int = 1 << 22) -> Iterator[tuple[int, bytes | None, int, bool]]:
-    """(offset, line or None when longer than max_line, length, newline-terminated) from `start`."""
+def iter_lines(f, start: int, max_line: int = MAX_LINE, chunk_size: int = 1 << 22,
+               on_piece: Callable[[int, bytes | None], None] | None = None) -> Iterator[tuple[int, bytes | None, int, bool]]:
+    """(offset, line or None when longer than max_line, length, newline-terminated) from `start`;
+    `on_piece(offset, bytes)` is told each piece (read_pieces) before its lines."""
     for offset, data, length, terminated in read_pieces(f, start, max_line, chunk_size):
+        if on_piece is not None:
+            on_piece(offset, data)
         if data is None:
             yield offset, None, length, terminated
             continue

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from . import id_index, record_contract
+from . import id_index, line_blocks, record_contract
 from .duckdb_engine import connect, duckdb, memory_limit, transaction, with_arrow
 
 if TYPE_CHECKING:  # read commands never import Arrow
@@ -31,7 +31,8 @@ if TYPE_CHECKING:  # read commands never import Arrow
 # 3: workers settled per name as the store is written (worker_names), not by record_workers on every read
 # 4: the id index holds (hash of value, record_id); lookups check the value in record_ids
 # 5: origins keep how their local times were read (`clock`)
-SCHEMA_VERSION = 5
+# 6: the bytes of the lines read (line_blocks)
+SCHEMA_VERSION = 6
 DEFAULT_DB = "tracejoin.duckdb"
 
 SCHEMA = """
@@ -140,7 +141,7 @@ CREATE TABLE IF NOT EXISTS quarantine (
     reason    VARCHAR NOT NULL,
     excerpt   VARCHAR
 );
-""" + record_contract.RECORD_FACTS_VIEW  # what later stages read of a record, under the contract's names
+""" + line_blocks.SCHEMA + record_contract.RECORD_FACTS_VIEW  # what later stages read of a record, under the contract's names
 
 # A name for the store, kept by its copies (service/snapshot.py): a copy of this very store, from before,
 # is a copy of a prefix of it, since records are only ever added.
@@ -334,7 +335,7 @@ class Store:
             has_meta = False
         if has_meta:
             version = int(row[0]) if row else None
-            if version not in (1, 2, 3, 4, SCHEMA_VERSION):
+            if version not in (1, 2, 3, 4, 5, SCHEMA_VERSION):
                 raise StoreError(
                     f"{self.path} has schema version {version}, this trace-join uses {SCHEMA_VERSION}: "
                     f"ingest into a new database (--db NEW.duckdb) or use the trace-join release that wrote it"
@@ -579,14 +580,14 @@ class Store:
 
     def write_batch(self, batch: BatchBuilder, bulk: BulkRows | None = None, aliases: dict[str, str] | None = None,
                     parser_states: dict[int, dict] | None = None, received: Received | None = None,
-                    parsed: Parsed | None = None) -> pa.Table:
+                    parsed: Parsed | None = None, blocks: pa.Table | None = None) -> pa.Table:
         """Store one batch and the positions its origins reach, atomically, and empty the batch;
         `bulk`: the rows DuckDB made of the lines collector/bulk.py read, numbered with the batch's
         records and stored with them, in record order; `aliases`: other names of workers (alias →
         main name) the parsers learned; `parser_states`: what they learned of their files, by
         origin; `received`: the bodies the records came in, whose digests say a retry is stored;
-        `parsed`: the bodies kept raw (`unparsed`) whose records these are, no longer to be kept.
-        Returns the batch's quarantined lines.
+        `parsed`: the bodies kept raw (`unparsed`) whose records these are, no longer to be kept;
+        `blocks`: the bytes of the lines read (line_blocks.py). Returns the batch's quarantined lines.
 
         The batch's records are let go as soon as they are Arrow tables, and those tables before
         the id index is compacted: each would add to the peak of the DuckDB work that follows."""
@@ -602,11 +603,15 @@ class Store:
             batch.clear()
             tables = {"batch_records": records, "batch_record_ids": ids, "batch_quarantine": quarantined,
                       "batch_origins": origins, **(bulk.tables if bulk else {})}
+            if blocks is not None:
+                tables["batch_line_blocks"] = blocks
             with registered(con, tables), transaction(con):
                 _insert(con, "records", records, more=bulk and bulk.records)
                 _insert(con, "record_ids", ids, more=bulk and bulk.ids)
                 id_index.add(con, f"(SELECT * FROM record_ids WHERE record_id >= {first})")
                 _insert(con, "quarantine", quarantined)
+                if blocks is not None:
+                    _insert(con, "line_blocks", blocks)
                 for alias, worker in (aliases or {}).items():
                     con.execute("INSERT OR REPLACE INTO worker_aliases VALUES (?, ?)", [alias, worker])
                 if parser_states:  # one statement for many origins (a batch of small files has thousands)
