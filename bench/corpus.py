@@ -119,15 +119,23 @@ class Corpus:
         return json.loads(self._marker.read_text())["lines"]
 
     def ensure(self) -> "Corpus":
-        expected = {"version": VERSION, "requests": self.requests}
+        expected = self._made_of()
         if self._marker.exists() and {k: v for k, v in json.loads(self._marker.read_text()).items()
                                       if k in expected} == expected:
             return self
+        template = self._template()  # before the folder goes: making it may fail
         shutil.rmtree(self.folder, ignore_errors=True)
         self.folder.mkdir(parents=True)
-        lines = self._write(_Template())
+        lines = self._write(template)
         self._marker.write_text(json.dumps({**expected, "lines": lines}))
         return self
+
+    def _made_of(self) -> dict:
+        """What the files are made of: files made otherwise are made again."""
+        return {"version": VERSION, "requests": self.requests}
+
+    def _template(self) -> _Template:
+        return _Template()
 
     def _write(self, t: _Template) -> int:
         outs = [open(f, "wb", buffering=1 << 20) for f in self.files()]

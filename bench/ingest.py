@@ -62,6 +62,11 @@ def writing_seconds(written: Path, db: Path) -> float:
     return time.perf_counter() - start
 
 
+def ingest_child(files: list[Path], db: Path):
+    """`trace-join ingest` of the files into a new store, as a measured child process."""
+    return check(run_child([TRACE_JOIN, "ingest", "--db", str(_fresh(db)), *map(str, files)]), "trace-join ingest")
+
+
 def ingester_seconds(files: list[Path], db: Path) -> float:
     start = time.perf_counter()
     with open_store(_fresh(db)) as store:
@@ -81,7 +86,7 @@ def lines_run(cfg: Config, lines: int, notes: list[str]) -> list[Row]:
     baseline, cli, library, rss = [], [], [], []
     for _ in range(cfg.runs):  # interleaved, so drifting load on the machine hits all of them alike
         baseline.append(read_json_seconds(files, cfg.data / "read_json.duckdb"))
-        child = check(run_child([TRACE_JOIN, "ingest", "--db", str(_fresh(db)), *map(str, files)]), "trace-join ingest")
+        child = ingest_child(files, db)
         cli.append(child.seconds)
         rss.append(child.peak_rss_mb)
         library.append(ingester_seconds(files, db))
@@ -115,8 +120,8 @@ def real_dynamo_run(cfg: Config, lines: int) -> list[Row]:
     from .real_dynamo import CAPTURED_REQUESTS, RealDynamoCorpus
 
     try:
-        corpus = RealDynamoCorpus(cfg.data / "real-dynamo-corpus", max(1, lines // 11)).ensure(
-            cfg.data / "real-dynamo-capture")
+        corpus = RealDynamoCorpus(cfg.data / "real-dynamo-corpus", max(1, lines // 11),
+                                  cfg.data / "real-dynamo-capture").ensure()
     except DynamoUnavailable as e:
         return [Row("1 ingest", "real Dynamo lines: not measured", float("nan"), "", note=f"Dynamo cannot run here: {e}")]
     files, n = corpus.files(), corpus.lines()
@@ -124,8 +129,7 @@ def real_dynamo_run(cfg: Config, lines: int) -> list[Row]:
     baseline, cli = [], []
     for _ in range(cfg.runs):
         baseline.append(read_json_seconds(files, cfg.data / "read_json.duckdb"))
-        cli.append(check(run_child([TRACE_JOIN, "ingest", "--db", str(_fresh(db)), *map(str, files)]),
-                         "trace-join ingest").seconds)
+        cli.append(ingest_child(files, db).seconds)
     base_rate, rate = n / median(baseline), n / median(cli)
     size = (f"{n:,} lines, {corpus.bytes() / 1e6:.0f} MB, 16 files: {CAPTURED_REQUESTS} requests a real Dynamo "
             f"frontend, prefill and decode worker logged, with fresh ids")
@@ -209,8 +213,7 @@ def mixed_run(cfg: Config, lines: int) -> list[Row]:
     baseline, cli = [], []
     for _ in range(cfg.runs):
         baseline.append(duckdb_reading_seconds(files, cfg.data / "mixed-baseline.duckdb"))
-        cli.append(check(run_child([TRACE_JOIN, "ingest", "--db", str(_fresh(db)), *map(str, every)]),
-                         "trace-join ingest").seconds)
+        cli.append(ingest_child(every, db).seconds)
     megabytes = sum(f.stat().st_size for f in every) / 1e6
     base_rate = megabytes / median(baseline)
     kinds = ", ".join(f"{kind} {sum(f.stat().st_size for f in paths) / 1e6:.0f} MB" for kind, paths in files.items())

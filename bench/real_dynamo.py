@@ -23,7 +23,7 @@ from pathlib import Path
 
 from tracejoin.cli.demo.dynamo import DYNAMO_VERSION, MODEL_NAME, DynamoDeployment
 
-from .corpus import DECODES, FRONTENDS, PREFILLS, REQUESTS_PER_SECOND
+from .corpus import DECODES, FRONTENDS, PREFILLS, REQUESTS_PER_SECOND, Corpus
 
 CAPTURED_REQUESTS = 200
 VERSION = 2  # bump when what is captured or how it is replicated changes
@@ -114,35 +114,19 @@ def _instance(role: str, i: int) -> bytes:
     return str(int(hashlib.md5(f"{role}-{i}".encode()).hexdigest()[:15], 16)).encode()
 
 
-class RealDynamoCorpus:
-    """n requests of a captured Dynamo run in 16 files (one per worker), written once and reused while n matches."""
+class RealDynamoCorpus(Corpus):
+    """n requests of a captured Dynamo run in 16 files (one per worker), written once and reused
+    while n matches; the run is captured into `captures` when it is not there yet."""
 
-    def __init__(self, folder: Path, requests: int):
-        self.folder = Path(folder)
-        self.requests = requests
-        self._marker = self.folder / "corpus.json"
+    def __init__(self, folder: Path, requests: int, captures: Path):
+        super().__init__(folder, requests)
+        self.captures = captures
 
-    def files(self) -> list[Path]:
-        return [self.folder / f"{role}-{i}.stderr.jsonl"
-                for role, count in zip(ROLES, (FRONTENDS, PREFILLS, DECODES)) for i in range(count)]
+    def _made_of(self) -> dict:
+        return {"version": VERSION, "dynamo": DYNAMO_VERSION, "requests": self.requests}
 
-    def bytes(self) -> int:
-        return sum(f.stat().st_size for f in self.files())
-
-    def lines(self) -> int:
-        return json.loads(self._marker.read_text())["lines"]
-
-    def ensure(self, captures: Path) -> "RealDynamoCorpus":
-        expected = {"version": VERSION, "dynamo": DYNAMO_VERSION, "requests": self.requests}
-        if self._marker.exists() and {k: v for k, v in json.loads(self._marker.read_text()).items()
-                                      if k in expected} == expected:
-            return self
-        captured = _Captured(capture(captures))
-        shutil.rmtree(self.folder, ignore_errors=True)
-        self.folder.mkdir(parents=True)
-        lines = self._write(captured)
-        self._marker.write_text(json.dumps({**expected, "lines": lines}))
-        return self
+    def _template(self) -> _Captured:
+        return _Captured(capture(self.captures))
 
     def _write(self, captured: _Captured) -> int:
         files = self.files()

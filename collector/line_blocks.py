@@ -11,16 +11,12 @@ other way round. A line over the length limit, which ingest skips without holdin
 from __future__ import annotations
 
 import os
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-try:
-    from compression import zstd  # Python 3.14 on
-except ImportError:
-    from backports import zstd
+if TYPE_CHECKING:  # the store imports this module for its schema: every command would import these
+    from concurrent.futures import Future, ThreadPoolExecutor
 
-if TYPE_CHECKING:
     import pyarrow as pa
 
 BLOCK_BYTES = 256 << 10  # a reader decompresses a whole block for one line: small enough to be quick
@@ -35,15 +31,25 @@ CREATE TABLE IF NOT EXISTS line_blocks (
 );
 """
 
+def _zstd():
+    try:
+        from compression import zstd  # Python 3.14 on
+    except ImportError:
+        from backports import zstd
+    return zstd
+
+
 # zstd lets go of the GIL while it compresses: blocks are compressed beside the parsing and writing.
 _compressing: ThreadPoolExecutor | None = None
 
 
-def _pool() -> ThreadPoolExecutor:
+def _compress(data: memoryview) -> Future:
     global _compressing
     if _compressing is None:
-        _compressing = ThreadPoolExecutor(max(1, min(4, (os.cpu_count() or 1))), thread_name_prefix="line-blocks")
-    return _compressing
+        from concurrent.futures import ThreadPoolExecutor
+
+        _compressing = ThreadPoolExecutor(max(1, min(4, os.cpu_count() or 1)), thread_name_prefix="line-blocks")
+    return _compressing.submit(_zstd().compress, data, LEVEL)
 
 
 @dataclass
@@ -96,7 +102,7 @@ class Keeper:
             if end_of_data - end < BLOCK_BYTES // 8:  # rather than a small block at the end
                 end = end_of_data
             self._blocks.append(_Block(origin_id, offset + start - begin, end - start,
-                                       _pool().submit(zstd.compress, memoryview(data)[start:end], LEVEL)))
+                                       _compress(memoryview(data)[start:end])))
             start = end
 
     def forget(self) -> None:
@@ -131,6 +137,7 @@ def lines_at(con, places: list[tuple[int, int]]) -> dict[tuple[int, int], str]:
         'unnest($p::BIGINT[]) AS "offset") w ASOF JOIN line_blocks b '
         'ON b.origin_id = w.origin_id AND w."offset" >= b."offset" WHERE w."offset" < b."offset" + b.length',
         {"o": [o for o, _ in wanted], "p": [p for _, p in wanted]}).fetchall()
+    zstd = _zstd()
     blocks: dict[tuple[int, int], bytes] = {}
     found = {}
     for origin_id, offset, block_offset, compressed in rows:
