@@ -194,7 +194,8 @@ def lookup(
     until: Optional[str] = typer.Option(None, help="Only requests seen at or before: ISO time, or 30m, 2h, 1d ago."),
     full: bool = typer.Option(False, "--full", help="Every attribute of every record, and the file and byte it was read from."),
     limit: int = typer.Option(10, min=0, help="Requests shown with their records, first started first (0: all); a summary counts them all and lists the first 20 (--json: every one)."),
-    html: Optional[Path] = typer.Option(None, "--html", help="Also write the answer as one self-contained HTML page, for a ticket."),
+    html: Optional[Path] = typer.Option(None, "--html", dir_okay=False,
+                                        help="Also write the answer as one self-contained HTML page, for a ticket."),
 ):
     """Show every record of the request(s) an id names, across workers, on one timeline."""
     from tracejoin.cli import render
@@ -207,10 +208,11 @@ def lookup(
         raise Failure(f"nothing found for {result['query']!r} (looked for it as any kind of id"
                       f"{render.window_text(result)})", 1)
     if html is not None:
+        from tracejoin.cli.files import replace_file
         from tracejoin.cli.html_page import page
 
         try:
-            html.write_text(page(result), encoding="utf-8")
+            replace_file(html, page(result).encode())
         except OSError as e:
             raise Failure(f"cannot write {html}: {e.strerror or e}") from None
         say_error(f"wrote {html.absolute()}")

@@ -119,15 +119,21 @@ def vllm_external_ids(external: str) -> list[tuple[str, str]]:
     return []
 
 
-# What comes along with an id copied from a log line, a ticket or a JSON list.
-_PASTED_AROUND = re.compile(r"^[\s'\"`,]+|[\s'\"`,]+$")
+# What comes along with an id copied from a log line, a ticket or a JSON list: whitespace and
+# commas around it, and one pair of quotes. A quote at one end only is the id's own.
+_PASTED_AROUND = re.compile(r"^[\s,]+|[\s,]+$")
+_QUOTED = re.compile(r"(['\"`])(.*)\1", re.DOTALL)
 _TRACE_ID = re.compile(r"[0-9a-fA-F]{32}")
 
 
 def pasted_id(text: str) -> str:
-    """The id in what someone pasted to look up: without the whitespace, quotes (' " `) and commas
-    around it, and a trace id (32 hex digits) in lower case, as every source stores it."""
+    """The id in what someone pasted to look up: without the whitespace and commas around it, nor
+    a matching pair of quotes (' " `) around that, and a trace id (32 hex digits) in lower case, as
+    every source stores it."""
     value = _PASTED_AROUND.sub("", text)
+    quoted = _QUOTED.fullmatch(value)
+    if quoted:
+        value = quoted.group(2)
     return value.lower() if _TRACE_ID.fullmatch(value) else value
 
 

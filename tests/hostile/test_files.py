@@ -1,7 +1,8 @@
 """Files that are not what they seem: a gzip file cut short or still being written, a last line
 over the length limit still being written, paths that are not files, a gzip bomb of newlines, and a
 disk that fills up during the ingest. Each is read as far as it can be, said in one line, and
-resumed without losing or repeating a line."""
+resumed without losing or repeating a line. The page `lookup --html` writes replaces whatever
+stands at its path, a planted link included, and never writes through it."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from tests.collector.test_cli_output import write_router_lines
 from tests.conftest import assert_one_clear_line
 
 LINES = 1000
@@ -215,3 +217,53 @@ def test_a_full_disk_is_named_and_the_ingest_resumes_once_there_is_room(tj, tmp_
     assert tj("ingest", logs, "--db", db, with_db=False).code == 0
     counted = tj("requests", "--json", "--limit", 100_000, "--db", db, with_db=False).json()
     assert len(counted) == 60_000 and {r["records"] for r in counted} == {1}
+
+
+def umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+@pytest.mark.parametrize("plant", ["symlink", "hard link", "dangling symlink"])
+def test_html_replaces_a_planted_link_and_never_writes_through_it(tj, tmp_path, plant):
+    [reply] = write_router_lines(tmp_path / "router.jsonl", 1)
+    assert tj("ingest", tmp_path / "router.jsonl").code == 0
+    home, tickets = tmp_path / "home", tmp_path / "tickets"
+    home.mkdir()
+    tickets.mkdir()
+    bashrc = home / ".bashrc"
+    page = tickets / "ticket.html"
+    if plant == "dangling symlink":
+        page.symlink_to(bashrc)  # the page written through it would create .bashrc
+    else:
+        bashrc.write_text("export PATH=$HOME/bin:$PATH\n")
+        page.symlink_to(bashrc) if plant == "symlink" else page.hardlink_to(bashrc)
+
+    run = tj("lookup", reply, "--html", page)
+    assert run.code == 0, run.err
+    assert not page.is_symlink() and page.read_text().startswith("<!DOCTYPE html>") and reply in page.read_text()
+    assert page.stat().st_mode & 0o777 == 0o666 & ~umask()  # as any new file, not a private temporary one
+    if plant == "dangling symlink":
+        assert not bashrc.exists()
+    else:
+        assert bashrc.read_text() == "export PATH=$HOME/bin:$PATH\n"
+    assert sorted(p.name for p in tickets.iterdir()) == ["ticket.html"]  # no temporary file left beside it
+
+
+def test_an_html_page_that_does_not_fit_on_the_disk_leaves_the_old_page_whole(tj, tmp_path, small_disk):
+    write_router_lines(tmp_path / "router.jsonl", 50, x_request_id="batch-9")  # a page of 119 KB
+    assert tj("ingest", tmp_path / "router.jsonl").code == 0
+    page = small_disk / "ticket.html"
+    page.write_text("<!DOCTYPE html><p>yesterday's page</p>")
+    with (small_disk / "filler").open("wb", buffering=0) as filler:  # the disk is full, but for the old page
+        with pytest.raises(OSError, match="No space left"):
+            while True:
+                filler.write(b"x" * (1 << 16))
+
+    run = tj("lookup", "batch-9", "--limit", "0", "--html", page)
+    assert run.code == 2
+    assert_one_clear_line(run)
+    assert f"cannot write {page}" in run.err and "No space left on device" in run.err
+    assert page.read_text() == "<!DOCTYPE html><p>yesterday's page</p>"
+    assert sorted(p.name for p in small_disk.iterdir()) == ["filler", "ticket.html"]
