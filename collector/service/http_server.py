@@ -122,5 +122,10 @@ class _GuardedH11(H11Protocol):
 
 
 def bearer_matches(authorization: str | None, token: str | None) -> bool:
-    """An `Authorization: Bearer TOKEN` header (or gRPC metadata) that names the token, when one is set."""
-    return token is None or hmac.compare_digest((authorization or "").encode(), f"Bearer {token}".encode())
+    """An `Authorization: Bearer TOKEN` header (or gRPC metadata) that names the token, when one is
+    set. The scheme's name is case-insensitive (RFC 7235) and one or more spaces follow it (RFC
+    6750); the token is compared in constant time, so the time taken tells nothing of it."""
+    if token is None:
+        return True
+    scheme, _, credentials = (authorization or "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(credentials.lstrip(" ").encode(), token.encode())
