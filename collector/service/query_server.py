@@ -16,12 +16,17 @@ from typing import Callable
 import orjson
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..queries import QUERIES, run_query
+from ..queries import QUERIES, BadParameters, check_parameters, run_query
 from ..store import Store
+from .otlp import Undecodable
+from .otlp_http import TooLarge, read_body
+
+# No command sends more: one argument of a command line holds at most 128 KiB.
+MAX_PARAMETERS = 1 << 20
 
 
 def query_app(connect: Callable[[], Store]) -> Starlette:
@@ -30,11 +35,22 @@ def query_app(connect: Callable[[], Store]) -> Starlette:
         if name not in QUERIES:
             return _error(404, f"no query named {name!r}")
         try:
-            params = orjson.loads(await request.body())
+            # The size alone bounds parameters; they are not weighed against an intake budget.
+            params = orjson.loads(await read_body(request, MAX_PARAMETERS, lambda size: None))
+        except TooLarge as e:
+            return _error(413, f"{name}: {e}")
+        except Undecodable as e:
+            return _error(400, f"{name}: {e}")
         except orjson.JSONDecodeError as e:
-            return _error(400, f"parameters are not JSON: {e}")
+            return _error(400, f"{name}: parameters are not JSON: {e}")
+        except ClientDisconnect:
+            return Response(status_code=400)  # no one is left to read it
         if not isinstance(params, dict):
-            return _error(400, "parameters must be a JSON object")
+            return _error(400, f"{name}: parameters must be a JSON object")
+        try:
+            check_parameters(name, params)
+        except BadParameters as e:
+            return _error(400, str(e))
         try:
             result = await run_in_threadpool(_run, connect, name, params)
         except Exception as e:  # noqa: BLE001 - the command shows the reason on one line

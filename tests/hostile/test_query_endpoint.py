@@ -1,14 +1,18 @@
 """Reads through a running collector (`lookup`, `requests`, … while `collect` holds the store) go
 to its query endpoint, a Unix socket beside the store that only the collector's user can connect
 to. Other local users can open connections to every TCP port the collector listens on and leave
-them idle; the owner's commands are answered all the same."""
+them idle; the owner's commands are answered all the same. The endpoint answers a parameter a
+query does not take with 400 and one line, and a body over its limit with 413, unread."""
 
 from __future__ import annotations
 
 import os
 import socket
+import time
 from pathlib import Path
 
+import httpx
+import orjson
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from tests.collector.collector_process import Collector
@@ -79,3 +83,42 @@ def test_a_store_deeper_than_a_socket_address_holds_is_read_through_its_collecto
         assert c.terminate() == 0, c.stderr()
     finally:
         c.ensure_dead()
+
+
+BAD_PARAMETERS = [
+    ("lookup", {}),
+    ("lookup", {"id": 5}),
+    ("lookup", {"id": "chatcmpl-x", "limit": -1}),
+    ("lookup", {"id": "chatcmpl-x", "limit": True}),
+    ("lookup", {"id": "chatcmpl-x", "since_ns": 10**30}),
+    ("requests", {"bogus": 1}),
+    ("requests", {"limit": "x"}),
+    ("requests", {"limit": -5}),
+    ("requests", {"errors": "yes"}),
+    ("requests", {"worker": ["a"]}),
+    ("coverage", {"since_ns": "x"}),
+    ("quarantine", {}),
+    ("files", {"path": "/etc"}),
+]
+
+
+def test_bad_parameters_are_answered_400_in_one_line_and_a_huge_body_413(collector, db):
+    c = collector()
+    assert grpc_exporter(c.grpc).export(sdk_spans(["chatcmpl-asked"])) == SpanExportResult.SUCCESS
+    with httpx.Client(transport=httpx.HTTPTransport(uds=str(query_socket(db))), base_url="http://collector") as client:
+        for name, params in BAD_PARAMETERS:
+            answer = client.post(f"/query/{name}", json=params)
+            assert answer.status_code == 400, (name, params, answer.text)
+            reason = answer.json()["error"]
+            assert "\n" not in reason and name in reason, reason
+        started = time.monotonic()
+        too_big = client.post("/query/lookup", content=orjson.dumps({"id": "a" * (2 << 20)}))
+        assert too_big.status_code == 413 and "limit" in too_big.json()["error"]
+        assert time.monotonic() - started < 2
+        # A body sent in chunks, so of no declared size, is cut off at the limit too.
+        chunked = client.post("/query/lookup", content=iter([b'{"id": "', b"a" * (2 << 20), b'"}']))
+        assert chunked.status_code == 413
+        # The endpoint goes on answering good queries.
+        found = client.post("/query/lookup", json={"id": "chatcmpl-asked"})
+        assert found.status_code == 200 and found.json()["matched"] == 1
+    assert c.terminate() == 0, c.stderr()
