@@ -25,7 +25,7 @@ from .records import BatchBuilder
 from .store import BulkRows, Origin, Store, store_errors_named
 
 HEAD = 4096  # bytes hashed to recognize a file
-_OWN_FILES = (".duckdb", ".duckdb.wal", ".collector.json")  # a store (and its collector's files) kept next to the logs
+_OWN_FILES = (".duckdb", ".duckdb.wal", ".collector.sock")  # a store (and its collector's files) kept next to the logs
 BATCH_RECORDS = 20_000  # held as Python objects until written: this bounds memory
 # Lines read in bulk (bulk.py) that a transaction holds at most: their bytes are held until written
 # (and their rows in DuckDB, within its budget), while planning each stage's queries costs the same

@@ -10,9 +10,13 @@ runs the same function under its own connection (service/query_server.py) and se
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Callable
 
+import orjson
+
 from .lookup import DEFAULT_LIMIT, Window, carried_by_many, lookup
+from .records import INT64_MAX, INT64_MIN
 from .store import Store, StoreError
 
 
@@ -54,6 +58,54 @@ QUERIES: dict[str, Callable[[Store, dict], Any]] = {
     "quarantine": _quarantine,
     "files": _files,
 }
+
+
+class BadParameters(ValueError):
+    """Parameters a query does not take: unknown, missing, of another type or out of range."""
+
+
+@dataclass(frozen=True)
+class _Kind:
+    what: str
+    fits: Callable[[Any], bool]
+
+
+def _int64(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and INT64_MIN <= value <= INT64_MAX
+
+
+_TEXT = _Kind("a string", lambda v: isinstance(v, str))
+_TEXT_OR_NULL = _Kind("a string or null", lambda v: v is None or isinstance(v, str))
+_FLAG = _Kind("true or false", lambda v: isinstance(v, bool))
+_TIME = _Kind("ns since the epoch in 64 bits, or null", lambda v: v is None or _int64(v))
+_COUNT = _Kind("a whole number, 0 or more", lambda v: _int64(v) and v >= 0)
+
+# The parameters each query takes, as the commands send them: what the query endpoint accepts
+# from a client (service/query_server.py).
+PARAMETERS: dict[str, dict[str, _Kind]] = {
+    "lookup": {"id": _TEXT, "since_ns": _TIME, "until_ns": _TIME, "limit": _COUNT},
+    "requests": {"slowest": _FLAG, "errors": _FLAG, "worker": _TEXT_OR_NULL, "route": _TEXT_OR_NULL,
+                 "since_ns": _TIME, "until_ns": _TIME, "limit": _COUNT},
+    "coverage": {"since_ns": _TIME, "until_ns": _TIME},
+    "quarantine": {"limit": _COUNT},
+    "files": {},
+}
+REQUIRED = {"lookup": ("id",), "quarantine": ("limit",)}
+
+
+def check_parameters(name: str, params: dict) -> None:
+    """BadParameters, in one line, unless `params` are parameters the query `name` takes."""
+    takes = PARAMETERS[name]
+    for key, value in params.items():
+        if key not in takes:
+            raise BadParameters(f"{name} takes no parameter {key!r} (it takes {', '.join(takes) or 'none'})")
+        if not takes[key].fits(value):
+            shown = orjson.dumps(value).decode()
+            shown = shown if len(shown) <= 40 else f"{shown[:40]}…"
+            raise BadParameters(f"{name}: {key!r} must be {takes[key].what}, not {shown}")
+    missing = [key for key in REQUIRED.get(name, ()) if key not in params]
+    if missing:
+        raise BadParameters(f"{name} needs {', '.join(map(repr, missing))}")
 
 
 def run_query(store: Store, name: str, params: dict) -> Any:

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from .store import Origin
 
 # The store's integer columns are 64-bit: a time in ns holds 1677-09-21 to 2262-04-11.
-_INT64_MIN, _INT64_MAX = -(1 << 63), (1 << 63) - 1
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
 # What a line or a field writes where a request has no id: never an id, so never one request of
@@ -237,7 +237,7 @@ def storable_attrs(record: Record) -> str | None:
     """The record's attributes as the JSON text stored; Unstorable when a value does not fit."""
     for name in ("time_ns", "duration_ns"):
         value = getattr(record, name)
-        if value is not None and not _INT64_MIN <= value <= _INT64_MAX:
+        if value is not None and not INT64_MIN <= value <= INT64_MAX:
             raise Unstorable(f"{_WHAT[name]} {value} ns does not fit the store's 64-bit integers"
                              f"{' (it is not between 1677 and 2262)' if name == 'time_ns' else ''}")
     if record.attrs_text is not None:

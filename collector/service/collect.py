@@ -9,7 +9,7 @@ It starts, on threads around one writer (writer.py):
 
 SIGTERM and SIGINT stop it cleanly: receivers stop taking calls and answer the ones in flight,
 the tailer and scrapers finish their turn, the writer commits everything queued, a last snapshot
-is published, and the endpoint file is removed.
+is published, and the query endpoint's socket is removed.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from .http_server import HttpServer, Limits
 from .otlp import INTAKE_BUDGET, MAX_BODY, IntakeBudget
 from .otlp_grpc import OtlpGrpcServer
 from .otlp_http import otlp_http_app
-from .query_server import new_token, query_app, write_endpoint_file
-from .remote import endpoint_file
+from .query_server import query_app
+from .remote import query_socket
 from .scraper import Scraper
 from .snapshot import INTERVAL_S, Snapshotter, publish, snapshot_path
 from .tailer import Tailer
@@ -87,9 +87,7 @@ def collect(config: CollectConfig, say: Callable[[str], None], report: Callable[
     said: list[str] = []  # said once all has started: an address refused says nothing ran
     try:
         if not store.shared:  # other processes read a DuckDB store through this one
-            token = new_token()
-            queries = _start(lambda: HttpServer(query_app(connect, token), "127.0.0.1:0"), "the query endpoint")
-            endpoint = write_endpoint_file(store.path, f"http://{queries.address}", token)
+            queries = _start(lambda: HttpServer(query_app(connect), query_socket(store.path)), "the query endpoint")
         if config.otlp_grpc:
             grpc_server = _start(lambda: OtlpGrpcServer(writer, config.otlp_grpc, max_body=config.max_body,
                                                         token=config.token, keep_content=config.keep_content,
@@ -115,7 +113,7 @@ def collect(config: CollectConfig, say: Callable[[str], None], report: Callable[
         if not store.shared:
             threads.append(_thread("snapshot", Snapshotter(connect, writer, config.snapshot_interval_s, report).run, stop))
             said.append(f"snapshot   {snapshot_path(store.path)}  every {config.snapshot_interval_s:g} s and on exit")
-            said.append(f"queries    http://{queries.address}  (address and token in {endpoint})")
+            said.append(f"queries    {queries.address}  (this user's commands read through it)")
         for line in said:
             say(line)
         say(f"collecting into {store.where}; SIGTERM or Ctrl-C stops")
@@ -134,7 +132,6 @@ def collect(config: CollectConfig, say: Callable[[str], None], report: Callable[
             say(f"stopped: {writer.records_stored} records stored this run")
         if queries is not None:
             queries.stop()
-            endpoint_file(store.path).unlink(missing_ok=True)
         readers.close()
         store.close()
         for signum, handler in handlers.items():

@@ -1,7 +1,8 @@
 """An ASGI app served by uvicorn on a thread, for the collector's HTTP endpoints (OTLP/HTTP, queries).
 
-The socket is bound here, before uvicorn starts, so port 0 gives an ephemeral port the caller can
-announce, and a port in use fails at once with a clear error.
+It listens on a TCP `HOST:PORT`, or on a Unix socket at a path that only this user can connect to
+(unix_socket.py). The socket is bound here, before uvicorn starts, so port 0 gives an ephemeral
+port the caller can announce, and a port in use fails at once with a clear error.
 
 uvicorn waits for a request's head and body as long as the client keeps its connection open, so a
 few clients that connect and send nothing, or send half a request, would hold the server. Each
@@ -19,12 +20,15 @@ import hmac
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import h11
 import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from tracejoin.middleware.proxy import listening_socket, parse_listen
+
+from .unix_socket import owner_only_listener
 
 START_TIMEOUT_S = 10
 MAX_CONNECTIONS = 256
@@ -40,11 +44,16 @@ class Limits:
 
 
 class HttpServer:
-    def __init__(self, app, listen: str, *, limits: Limits = Limits(), graceful_s: float = 10):
-        host, port = parse_listen(listen)
-        self.socket = listening_socket(host, port)
-        bound_port = self.socket.getsockname()[1]
-        self.address = f"[{host}]:{bound_port}" if ":" in host else f"{host}:{bound_port}"
+    def __init__(self, app, listen: str | Path, *, limits: Limits = Limits(), graceful_s: float = 10):
+        """`listen`: `HOST:PORT`, or the Path of a Unix socket only this user can connect to."""
+        self._unix_path = listen if isinstance(listen, Path) else None
+        if self._unix_path is not None:
+            self.socket, self.address = owner_only_listener(listen), str(listen)
+        else:
+            host, port = parse_listen(listen)
+            self.socket = listening_socket(host, port)
+            bound_port = self.socket.getsockname()[1]
+            self.address = f"[{host}]:{bound_port}" if ":" in host else f"{host}:{bound_port}"
         config = uvicorn.Config(
             app, log_level="warning", access_log=False, lifespan="off", server_header=False,
             http=type("GuardedH11", (_GuardedH11,), {"limits": limits}),
@@ -69,6 +78,8 @@ class HttpServer:
         self._server.should_exit = True
         self._thread.join()
         self.socket.close()
+        if self._unix_path is not None:
+            self._unix_path.unlink(missing_ok=True)
 
 
 class _GuardedH11(H11Protocol):
@@ -122,5 +133,10 @@ class _GuardedH11(H11Protocol):
 
 
 def bearer_matches(authorization: str | None, token: str | None) -> bool:
-    """An `Authorization: Bearer TOKEN` header (or gRPC metadata) that names the token, when one is set."""
-    return token is None or hmac.compare_digest((authorization or "").encode(), f"Bearer {token}".encode())
+    """An `Authorization: Bearer TOKEN` header (or gRPC metadata) that names the token, when one is
+    set. The scheme's name is case-insensitive (RFC 7235) and one or more spaces follow it (RFC
+    6750); the token is compared in constant time, so the time taken tells nothing of it."""
+    if token is None:
+        return True
+    scheme, _, credentials = (authorization or "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(credentials.lstrip(" ").encode(), token.encode())

@@ -1,50 +1,56 @@
 """The collector's query endpoint: read commands run here while the collector holds the database.
 
-A loopback HTTP endpoint, `POST /query/<name>` with the query's parameters as JSON, answered with
-the query's result as JSON (queries.py runs the same functions a command runs on its own). Each
-query gets a connection of its own (a DuckDB cursor on the collector's database), so it reads one
-consistent state while the writer goes on committing, and its temporary tables are its own. The
-address and a random token, which every query must present, are written to `<db>.collector.json`,
-readable by the collector's user only.
+An HTTP endpoint, `POST /query/<name>` with the query's parameters as JSON, answered with the
+query's result as JSON (queries.py runs the same functions a command runs on its own). Each query
+gets a connection of its own (a DuckDB cursor on the collector's database), so it reads one
+consistent state while the writer goes on committing, and its temporary tables are its own. It is
+served on a Unix socket beside the database, `<db>.collector.sock` (remote.query_socket), which
+only the collector's user can connect to: no other user can reach it, so none can hold its
+connections and keep the owner's commands waiting.
 """
 
 from __future__ import annotations
 
-import os
-import secrets
-from pathlib import Path
 from typing import Callable
 
 import orjson
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from ..queries import QUERIES, run_query
+from ..queries import QUERIES, BadParameters, check_parameters, run_query
 from ..store import Store
-from .http_server import bearer_matches
-from .remote import endpoint_file
+from .otlp import Undecodable
+from .otlp_http import TooLarge, read_body
+
+# No command sends more: one argument of a command line holds at most 128 KiB.
+MAX_PARAMETERS = 1 << 20
 
 
-def new_token() -> str:
-    return secrets.token_urlsafe(32)
-
-
-def query_app(connect: Callable[[], Store], token: str) -> Starlette:
+def query_app(connect: Callable[[], Store]) -> Starlette:
     async def query(request: Request) -> Response:
-        if not bearer_matches(request.headers.get("authorization"), token):
-            return _error(401, "a bearer token is required")
         name = request.path_params["name"]
         if name not in QUERIES:
             return _error(404, f"no query named {name!r}")
         try:
-            params = orjson.loads(await request.body())
+            # The size alone bounds parameters; they are not weighed against an intake budget.
+            params = orjson.loads(await read_body(request, MAX_PARAMETERS, lambda size: None))
+        except TooLarge as e:
+            return _error(413, f"{name}: {e}")
+        except Undecodable as e:
+            return _error(400, f"{name}: {e}")
         except orjson.JSONDecodeError as e:
-            return _error(400, f"parameters are not JSON: {e}")
+            return _error(400, f"{name}: parameters are not JSON: {e}")
+        except ClientDisconnect:
+            return Response(status_code=400)  # no one is left to read it
         if not isinstance(params, dict):
-            return _error(400, "parameters must be a JSON object")
+            return _error(400, f"{name}: parameters must be a JSON object")
+        try:
+            check_parameters(name, params)
+        except BadParameters as e:
+            return _error(400, str(e))
         try:
             result = await run_in_threadpool(_run, connect, name, params)
         except Exception as e:  # noqa: BLE001 - the command shows the reason on one line
@@ -62,14 +68,3 @@ def _run(connect: Callable[[], Store], name: str, params: dict):
 def _error(status: int, text: str) -> Response:
     return Response(orjson.dumps({"error": text}), status, media_type="application/json")
 
-
-def write_endpoint_file(db: Path, url: str, token: str) -> Path:
-    """Write `<db>.collector.json` (mode 0600) in one step: a reader sees all of it or none."""
-    path = endpoint_file(db)
-    partial = path.with_name(f".{path.name}.partial")  # hidden: a watched folder does not read it
-    partial.unlink(missing_ok=True)
-    fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(orjson.dumps({"url": url, "token": token}))
-    os.replace(partial, path)
-    return path

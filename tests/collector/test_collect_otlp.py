@@ -31,8 +31,8 @@ def test_spans_from_real_exporters_are_looked_up_while_collect_runs(collector, t
                         content=json_traces("chatcmpl-by-json", "4bf92f3577b34da6a3ce929d0e0e4736", "9a3c1e5b7d2f4a60"))
     assert (answer.status_code, answer.headers["content-type"], answer.json()) == (200, "application/json", {})
 
-    endpoint = db.with_name(db.name + ".collector.json")
-    assert endpoint.stat().st_mode & 0o777 == 0o600  # its token lets whoever reads it query the store
+    endpoint = db.with_name(db.name + ".collector.sock")
+    assert endpoint.stat().st_mode & 0o777 == 0o600  # whoever can connect to it can query the store
     for reply, span in (("chatcmpl-by-grpc", by_grpc[0]), ("chatcmpl-by-http", by_http[0]), ("chatcmpl-by-json", None)):
         run = tj("lookup", reply, "--json")  # a separate process, while the collector holds the store
         assert run.code == 0, run.err
@@ -137,6 +137,6 @@ def test_a_token_is_required_when_set(collector, tj):
     spans = sdk_spans(["chatcmpl-token-grpc"])
     assert grpc_exporter(c.grpc, timeout=3).export(spans) == SpanExportResult.FAILURE
     assert grpc_exporter(c.grpc, headers={"authorization": "Bearer s3cret"}).export(spans) == SpanExportResult.SUCCESS
-    # Reads go through the collector's own endpoint, with the token from its endpoint file.
+    # Reads go through the collector's own endpoint, which the OTLP token does not guard.
     assert tj("lookup", "chatcmpl-token-grpc", "--json").code == 0
     assert c.terminate() == 0
