@@ -10,6 +10,7 @@ readable by the collector's user only.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import secrets
 from pathlib import Path
@@ -32,7 +33,16 @@ def new_token() -> str:
     return secrets.token_urlsafe(32)
 
 
+# Queries run at once, at most; the others wait their turn in the event loop, holding no thread.
+# Each query may take every core and much of DuckDB's memory budget, both of which the writer
+# shares: intake keeps priority over reads. Two, so that a quick lookup need not wait for a long
+# `coverage` alone.
+MAX_READS = 2
+
+
 def query_app(connect: Callable[[], Store], token: str) -> Starlette:
+    reads = asyncio.Semaphore(MAX_READS)
+
     async def query(request: Request) -> Response:
         if not bearer_matches(request.headers.get("authorization"), token):
             return _error(401, "a bearer token is required")
@@ -46,7 +56,8 @@ def query_app(connect: Callable[[], Store], token: str) -> Starlette:
         if not isinstance(params, dict):
             return _error(400, "parameters must be a JSON object")
         try:
-            result = await run_in_threadpool(_run, connect, name, params)
+            async with reads:
+                result = await run_in_threadpool(_run, connect, name, params)
         except Exception as e:  # noqa: BLE001 - the command shows the reason on one line
             return _error(500, f"{type(e).__name__}: {e}")
         return Response(orjson.dumps(result), media_type="application/json")
