@@ -11,6 +11,7 @@ connections and keep the owner's commands waiting.
 
 from __future__ import annotations
 
+import asyncio
 from typing import Callable
 
 import orjson
@@ -29,7 +30,16 @@ from .otlp_http import TooLarge, read_body
 MAX_PARAMETERS = 1 << 20
 
 
+# Queries run at once, at most; the others wait their turn in the event loop, holding no thread.
+# Each query may take every core and much of DuckDB's memory budget, both of which the writer
+# shares: intake keeps priority over reads. Two, so that a quick lookup need not wait for a long
+# `coverage` alone.
+MAX_READS = 2
+
+
 def query_app(connect: Callable[[], Store]) -> Starlette:
+    reads = asyncio.Semaphore(MAX_READS)
+
     async def query(request: Request) -> Response:
         name = request.path_params["name"]
         if name not in QUERIES:
@@ -52,7 +62,8 @@ def query_app(connect: Callable[[], Store]) -> Starlette:
         except BadParameters as e:
             return _error(400, str(e))
         try:
-            result = await run_in_threadpool(_run, connect, name, params)
+            async with reads:
+                result = await run_in_threadpool(_run, connect, name, params)
         except Exception as e:  # noqa: BLE001 - the command shows the reason on one line
             return _error(500, f"{type(e).__name__}: {e}")
         return Response(orjson.dumps(result), media_type="application/json")

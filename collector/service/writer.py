@@ -8,7 +8,10 @@ origin's share in one transaction through Store.write_batch, and only then resol
 submitters' futures. So an acknowledgement always follows a commit, and a crash before the commit
 leaves nothing acknowledged. A body the store cannot hold (the receivers reject such spans before,
 so this is the last guard) is refused alone, with `Unstorable`, and the bodies beside it are
-committed; a failure of the store itself fails them all, for their clients to retry.
+committed; a failure of the store itself (a full disk, its memory budget) fails the bodies of the
+transaction it struck, for their clients to retry, and no others: the other origins' commits and
+the jobs of the round go on. A body stored before (a client's retry) is acknowledged and nothing
+else is done with it.
 
 The queue is bounded by the records it holds. A receiver that finds it full gets `Busy` at once
 (and tells its client to retry later); the tailer and scrapers wait for room. Memory stays bounded
@@ -144,17 +147,23 @@ class Writer:
 
     def _loop(self) -> None:
         while (taken := self._queue.take(self.batch_records)) is not None:
-            try:
-                with store_errors_named(self.store.path):
-                    self._round(taken)
-            except Exception as e:  # noqa: BLE001 - the store failed: its submitters hear of it; go on
-                for work in taken:
-                    if not work.future.done():
-                        work.future.set_exception(e)
-                self.report(f"writer: {type(e).__name__}: {e}")
+            self._failing_alone(taken, lambda: self._round(taken))
             # The round's records are let go before waiting for the next: a receiver's budget
             # (otlp.IntakeBudget) stops counting them once they are committed.
             del taken
+
+    def _failing_alone(self, works: list[_Work], step: Callable[[], None]) -> None:
+        """Run a step of a round. When it fails, the submissions it was for and has not settled
+        hear of it, and no others: one origin's failed commit leaves the other origins' commits,
+        the jobs and the round's count to go on."""
+        try:
+            with store_errors_named(self.store.path):
+                step()
+        except Exception as e:  # noqa: BLE001 - the store failed: its submitters hear of it; go on
+            for work in works:
+                if not work.future.done():
+                    work.future.set_exception(e)
+            self.report(f"writer: {type(e).__name__}: {e}")
 
     def _round(self, taken: list[_Work]) -> None:
         first_record_id = self.store.allocate_record_ids(0)
@@ -163,7 +172,7 @@ class Writer:
             if isinstance(work.item, Body):
                 bodies.setdefault(work.item.origin, []).append(work)
         for group in bodies.values():
-            self._commit_bodies(group)
+            self._failing_alone(group, lambda group=group: self._commit_bodies(group))
         for work in taken:
             if not isinstance(work.item, Body):
                 try:
@@ -191,7 +200,8 @@ class Writer:
             bodies.setdefault(work.item.sha256, []).append(work)
         for digest in stored & bodies.keys():
             _settle(bodies.pop(digest))
-        self._store(origin, list(bodies.values()))
+        if bodies:  # none when every body of the group is a retry
+            self._store(origin, list(bodies.values()))
 
     def _store(self, origin: Origin, bodies: list[list[_Work]]) -> None:
         """Commit the bodies (each a list of the submissions of one body) in one transaction. A body

@@ -26,7 +26,7 @@ from opentelemetry.trace import SpanKind
 from tests.collector.collector_process import query
 from tests.collector.otlp_senders import grpc_exporter, http_exporter, protobuf_body, sdk_spans
 from tracejoin.collector.records import Record, Unstorable
-from tracejoin.collector.store import open_store
+from tracejoin.collector.store import OutOfMemory, open_store
 from tracejoin.collector.service.writer import Body, Writer
 
 JSON = {"content-type": "application/json"}
@@ -156,6 +156,12 @@ def spans_of(*replies: str) -> list[Record]:
 
 
 @pytest.fixture
+def small_memory_budget(monkeypatch):
+    """The store of a writer (held_writer, asked for after this) gets a DuckDB memory budget of 8 MB."""
+    monkeypatch.setenv("TRACEJOIN_MEMORY_LIMIT", "8MB")
+
+
+@pytest.fixture
 def held_writer(db):
     """(writer, release): a writer on a real store whose thread is held up until `release` is
     set, so that the bodies submitted meanwhile are committed in one round."""
@@ -197,3 +203,21 @@ def test_the_writer_stores_the_bodies_committed_with_those_it_cannot_store(held_
         not_text.result(30)
     rows = writer.store.con.cursor().execute("SELECT attrs->>'gen_ai.response.id' FROM records").fetchall()
     assert sorted(r for (r,) in rows) == sorted(f"chatcmpl-good-{i}" for i in range(10))
+
+
+def test_a_commit_the_store_fails_fails_no_other_origins_bodies_nor_the_jobs(small_memory_budget, held_writer):
+    writer, release = held_writer
+    # ~10 MB of distinct attribute text: more than the store's 8 MB budget can commit at once.
+    heavy = [Record(kind="span", name="s", time_ns=1787307302481000000, trace_id=f"{i + 1:032x}", span_id=f"{i + 1:016x}",
+                    attrs={"gen_ai.response.id": f"chatcmpl-heavy-{i}", "text": f"{i:04x}" * 600}) for i in range(4000)]
+    too_heavy = writer.submit(Body("otlp/http", "otlp_json", "a" * 64, heavy), wait=False)
+    light = writer.submit(Body("otlp/grpc", "otlp_json", "b" * 64, spans_of("chatcmpl-light")), wait=False)
+    job = writer.run(lambda store: "ran")
+    release.set()
+    with pytest.raises(OutOfMemory, match="TRACEJOIN_MEMORY_LIMIT=8MB"):
+        too_heavy.result(30)
+    assert light.result(30) is None
+    assert job.result(30) == "ran"
+    rows = writer.store.con.cursor().execute("SELECT attrs->>'gen_ai.response.id' FROM records").fetchall()
+    assert rows == [("chatcmpl-light",)]
+    assert writer.records_stored == 1
