@@ -1,0 +1,59 @@
+"""The store itself gone bad: a DuckDB file cut short or overwritten in part. It is one line naming
+the store and what to do, and exit 2; nothing is written to it."""
+
+from __future__ import annotations
+
+import hashlib
+
+import pytest
+
+from tests.conftest import assert_one_clear_line
+from tracejoin.cli.demo.dynamo_formats import DynamoSample
+
+
+def _logs(folder, requests: int = 5) -> DynamoSample:
+    sample = DynamoSample()
+    for i in range(requests):
+        sample.add(offset_ms=i * 7)
+    sample.write(folder)
+    return sample
+
+
+def _digest(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _cut_in_half(store):
+    store.write_bytes(store.read_bytes()[: store.stat().st_size // 2])
+
+
+def _cut_after_its_headers(store):
+    store.write_bytes(store.read_bytes()[: 3 * 4096 + 100])  # DuckDB's file header and two database headers
+
+
+def _a_block_overwritten(store):
+    with open(store, "r+b") as f:
+        f.seek(3 * 4096)  # the first block after the headers: its checksum no longer matches
+        f.write(b"\x5a" * 64)
+
+
+def _not_a_database(store):
+    store.write_bytes(b"\x5a" * store.stat().st_size)
+
+
+@pytest.mark.parametrize("damage", [_cut_in_half, _cut_after_its_headers, _a_block_overwritten, _not_a_database])
+def test_a_damaged_duckdb_store_is_named_with_what_to_do_and_left_as_it_is(tj, db, tmp_path, damage):
+    logs = tmp_path / "logs"
+    _logs(logs)
+    assert tj("ingest", logs).code == 0
+    [request] = tj("requests", "--json", "--limit", 1).json()
+    damage(db)
+    damaged = _digest(db)
+    for command in (("lookup", request["internal_ids"][0]), ("requests",), ("ingest", logs)):
+        run = tj(*command)
+        assert run.code == 2, (command, run)
+        assert_one_clear_line(run)
+        assert f"{db} is damaged or not a DuckDB database" in run.err
+        assert "move it aside and ingest again" in run.err
+        assert _digest(db) == damaged, command
+
