@@ -46,7 +46,7 @@ from .sources import otel_clickhouse_tables as otel
 from .times import window_iso
 from .store import (
     RECEIVED_RETENTION, SCHEMA, SETTLE_WORKER_NAMES, BulkRows, Origin, Parsed, Received, Store, StoreError,
-    registered, worker_roles_sql,
+    registered, stored_schema_version, worker_roles_sql,
 )
 
 SCHEMES = ("chdb:", "clickhouse://")
@@ -336,7 +336,7 @@ class ClickHouseStore(Store):
         rows = self.engine.arrow("SELECT value FROM meta FINAL WHERE key = 'schema_version'").to_pylist() \
             if self._has_meta() else []
         if rows:
-            version = int(rows[0]["value"])
+            version = stored_schema_version(rows[0]["value"], self.spec)
             if version == 1 and not self.read_only:
                 self._upgrade_from_1()
             elif version not in (1, CLICKHOUSE_SCHEMA_VERSION):  # a reader reads nothing version 2 changed

@@ -254,6 +254,17 @@ def _quoted_file(e: Exception) -> str:
     return f"no space left to write {name}"
 
 
+def stored_schema_version(value: str, store) -> int:
+    """The schema version a store's `meta` holds, as the number trace-join wrote there. Anything
+    else means the table was edited or the store damaged: nothing can be assumed of its tables."""
+    try:
+        return int(value)
+    except ValueError:
+        raise StoreError(f"{store} holds schema version {value!r}, which is not a number trace-join writes (its "
+                         f"meta table was edited, or the store is damaged): move it aside and ingest again into a "
+                         f"new store (it is left as it is)") from None
+
+
 class StoreLocked(StoreError):
     """Another process holds the database (DuckDB lets one process write, and then no other read)."""
 
@@ -348,7 +359,7 @@ class Store:
         except duckdb.CatalogException:
             has_meta = False
         if has_meta:
-            version = int(row[0]) if row else None
+            version = stored_schema_version(row[0], self.path) if row else None
             if version not in (1, 2, 3, 4, 5, SCHEMA_VERSION):
                 raise StoreError(
                     f"{self.path} has schema version {version}, this trace-join uses {SCHEMA_VERSION}: "

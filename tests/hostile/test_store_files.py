@@ -1,14 +1,18 @@
-"""The store itself gone bad: a DuckDB file cut short or overwritten in part. It is one line naming
-the store and what to do, and exit 2; nothing is written to it."""
+"""The store itself gone bad: a DuckDB file cut short or overwritten in part, a schema version that
+is not a number. Each is one line naming the store and what to do, and exit 2; nothing is written
+to it, and nothing stored is lost."""
 
 from __future__ import annotations
 
 import hashlib
 
+import duckdb
 import pytest
 
 from tests.conftest import assert_one_clear_line
 from tracejoin.cli.demo.dynamo_formats import DynamoSample
+from tracejoin.collector.clickhouse_store import CLICKHOUSE_SCHEMA_VERSION, Chdb
+from tracejoin.collector.store import SCHEMA_VERSION
 
 
 def _logs(folder, requests: int = 5) -> DynamoSample:
@@ -56,4 +60,32 @@ def test_a_damaged_duckdb_store_is_named_with_what_to_do_and_left_as_it_is(tj, d
         assert f"{db} is damaged or not a DuckDB database" in run.err
         assert "move it aside and ingest again" in run.err
         assert _digest(db) == damaged, command
+
+
+def _set_schema_version(db, value: str) -> None:
+    if str(db).startswith("chdb:"):
+        engine = Chdb(str(db).removeprefix("chdb:"))  # the engine alone, without the store's schema check
+        engine.command(f"INSERT INTO meta (key, value) VALUES ('schema_version', '{value}')")
+        engine.close()
+    else:
+        with duckdb.connect(str(db)) as con:
+            con.execute("UPDATE meta SET value = ? WHERE key = 'schema_version'", [value])
+
+
+@pytest.mark.parametrize("db", ["duckdb", "chdb"], indirect=True)
+def test_a_schema_version_that_is_not_a_number_is_named_and_what_is_stored_kept(tj, db, tmp_path):
+    sample = _logs(tmp_path / "logs", 1)
+    assert tj("ingest", tmp_path / "logs").code == 0
+    request = tj("lookup", sample.requests[0].reply_id, "--json").json()
+
+    _set_schema_version(db, "two")
+    for command in (("lookup", sample.requests[0].reply_id), ("ingest", tmp_path / "logs")):
+        run = tj(*command)
+        assert run.code == 2, (command, run)
+        assert_one_clear_line(run)
+        assert f"{db} holds schema version 'two', which is not a number" in run.err
+        assert "move it aside and ingest again" in run.err
+
+    _set_schema_version(db, str(CLICKHOUSE_SCHEMA_VERSION if str(db).startswith("chdb:") else SCHEMA_VERSION))
+    assert tj("lookup", sample.requests[0].reply_id, "--json").json() == request
 
