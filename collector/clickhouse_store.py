@@ -177,8 +177,9 @@ class Chdb:
 
 
 def _not_held(path: str) -> None:
-    """ClickHouse locks its folder's `status` file while it runs: a second process would fail with
-    the engine's own lines on stderr, so the lock is tried first, and let go at once."""
+    """ClickHouse locks its folder's `status` file while it runs, and writes its process id there: a
+    second process would fail with the engine's own lines on stderr, so the lock is tried first, and
+    let go at once."""
     status = os.path.join(path, "status")
     if not os.path.exists(status):
         return
@@ -186,8 +187,10 @@ def _not_held(path: str) -> None:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise ClickHouseError(f"chdb:{path} is open in another process (chdb lets one process at a time open "
-                                  f"a folder): run the commands one after the other") from None
+            holder = re.search(rb"^PID: (\d+)", f.read(), re.MULTILINE)
+            who = f"another process (PID {int(holder[1])})" if holder else "another process"
+            raise ClickHouseError(f"chdb:{path} is held by {who}: chdb lets one process at a time open a folder; "
+                                  f"run this again once that one has stopped") from None
         fcntl.flock(f, fcntl.LOCK_UN)
 
 

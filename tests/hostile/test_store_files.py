@@ -1,6 +1,6 @@
-"""The store itself gone bad: a DuckDB file cut short or overwritten in part, a schema version that
-is not a number. Each is one line naming the store and what to do, and exit 2; nothing is written
-to it, and nothing stored is lost."""
+"""The store itself gone bad or busy: a DuckDB file cut short or overwritten in part, a schema
+version that is not a number, a chdb folder another process holds. Each is one line naming the
+store and what to do, and exit 2; nothing is written to it, and nothing stored is lost."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import hashlib
 import duckdb
 import pytest
 
+from tests.collector.collector_process import query
 from tests.conftest import assert_one_clear_line
 from tracejoin.cli.demo.dynamo_formats import DynamoSample
 from tracejoin.collector.clickhouse_store import CLICKHOUSE_SCHEMA_VERSION, Chdb
@@ -88,4 +89,24 @@ def test_a_schema_version_that_is_not_a_number_is_named_and_what_is_stored_kept(
 
     _set_schema_version(db, str(CLICKHOUSE_SCHEMA_VERSION if str(db).startswith("chdb:") else SCHEMA_VERSION))
     assert tj("lookup", sample.requests[0].reply_id, "--json").json() == request
+
+
+
+def _stored(db) -> list[tuple]:
+    """Records and ids in a chdb store, each counted once."""
+    return query(db, "SELECT (SELECT count() FROM records), (SELECT count() FROM record_ids)")
+
+
+@pytest.mark.parametrize("db", ["chdb"], indirect=True)
+def test_a_chdb_store_a_collector_holds_is_refused_in_one_line_naming_its_process(tj, db, tmp_path, collector):
+    _logs(tmp_path / "logs", 3)
+    assert tj("ingest", tmp_path / "logs").code == 0
+    stored = _stored(db)
+    running = collector()
+    run = tj("ingest", tmp_path / "logs")
+    assert run.code == 2, run
+    assert_one_clear_line(run)
+    assert f"{db} is held by another process (PID {running.pid})" in run.err
+    assert running.terminate() == 0
+    assert _stored(db) == stored
 
