@@ -32,6 +32,8 @@ import os
 import re
 import socket
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -148,13 +150,13 @@ class Chdb:
             from chdb import session
         except ImportError:
             raise StoreError("--store chdb:PATH needs chdb: pip install chdb") from None
-        _not_held(path)
-        try:
-            self._session = session.Session(path)
-            self._session.query(f"CREATE DATABASE IF NOT EXISTS {DATABASE}")
-            self._session.query(f"USE {DATABASE}")
-        except Exception as e:  # chdb raises its own ChdbError, or RuntimeError for a folder in use
-            raise ClickHouseError(f"cannot open chdb at {path}: {_first_line(e)}") from None
+        with _alone_in(path):
+            try:
+                self._session = session.Session(path)
+                self._session.query(f"CREATE DATABASE IF NOT EXISTS {DATABASE}")
+                self._session.query(f"USE {DATABASE}")
+            except Exception as e:  # chdb raises its own ChdbError, or RuntimeError for a folder in use
+                raise ClickHouseError(f"cannot open chdb at {path}: {_first_line(e)}") from None
 
     def command(self, sql: str) -> None:
         self._run(sql)
@@ -174,6 +176,25 @@ class Chdb:
 
     def close(self) -> None:
         self._session.close()
+
+
+@contextmanager
+def _alone_in(path: str) -> Iterator[None]:
+    """The block runs while no other process holds chdb's folder `path` (_not_held), nor opens it:
+    between trying ClickHouse's lock and the engine taking it, another process could take it, and
+    the engine would fail with its own lines. So the folder itself is locked around both, and of
+    processes that open it together, each finds the one before holding it."""
+    try:
+        os.makedirs(path, exist_ok=True)
+        folder = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as e:
+        raise ClickHouseError(f"cannot open chdb at {path}: {e.strerror}") from None
+    try:
+        fcntl.flock(folder, fcntl.LOCK_EX)  # waits for another process's opening only: it lets go once open
+        _not_held(path)
+        yield
+    finally:
+        os.close(folder)  # which lets go of the lock
 
 
 def _not_held(path: str) -> None:

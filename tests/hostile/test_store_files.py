@@ -5,12 +5,14 @@ store and what to do, and exit 2; nothing is written to it, and nothing stored i
 from __future__ import annotations
 
 import hashlib
+import subprocess
+import sys
 
 import duckdb
 import pytest
 
 from tests.collector.collector_process import query
-from tests.conftest import assert_one_clear_line
+from tests.conftest import Run, assert_one_clear_line
 from tracejoin.cli.demo.dynamo_formats import DynamoSample
 from tracejoin.collector.clickhouse_store import CLICKHOUSE_SCHEMA_VERSION, Chdb
 from tracejoin.collector.store import SCHEMA_VERSION
@@ -110,3 +112,45 @@ def test_a_chdb_store_a_collector_holds_is_refused_in_one_line_naming_its_proces
     assert running.terminate() == 0
     assert _stored(db) == stored
 
+
+# `trace-join ARGS...`, run once its modules (chdb's too) are loaded and a line comes on stdin:
+# processes started so reach the store within a millisecond of each other, as processes started
+# from scratch on a busy machine seldom do.
+_AT_THE_SIGNAL = """
+import sys
+import chdb.session
+import tracejoin.cli.main
+from tracejoin.cli.__main__ import run
+sys.argv[0] = "trace-join"
+print("loaded", flush=True)
+sys.stdin.readline()
+run()
+"""
+
+
+@pytest.mark.parametrize("db", ["chdb"], indirect=True)
+def test_writers_reaching_a_chdb_store_together_are_refused_in_one_line_or_store(tj, db, tmp_path):
+    """chdb lets one process at a time open its folder. Of writers that reach it at once, each
+    either opens it, or is told in one line that another holds it: never chdb's own lines."""
+    _logs(tmp_path / "logs", 3)
+    assert tj("ingest", tmp_path / "logs").code == 0
+    stored = _stored(db)
+    refused = []
+    for _ in range(5):  # which process takes the lock first, and when, differs from round to round
+        writers = [subprocess.Popen([sys.executable, "-c", _AT_THE_SIGNAL, "ingest", tmp_path / "logs", "--db", db],
+                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                   for _ in range(4)]
+        for writer in writers:
+            assert writer.stdout.readline() == "loaded\n"
+        for writer in writers:
+            writer.stdin.write("go\n")
+            writer.stdin.flush()
+        outputs = [writer.communicate(timeout=120) for writer in writers]
+        runs = [Run(writer.returncode, *output) for writer, output in zip(writers, outputs)]
+        assert {run.code for run in runs} <= {0, 2}, runs
+        refused += [run for run in runs if run.code == 2]
+    assert refused
+    for run in refused:
+        assert_one_clear_line(run)
+        assert f"{db} is held by another process" in run.err
+    assert _stored(db) == stored
