@@ -44,11 +44,22 @@ def _a_block_overwritten(store):
         f.write(b"\x5a" * 64)
 
 
+def _its_log_overwritten(store):
+    with duckdb.connect(str(store)) as con:  # a change kept in the write-ahead log, not yet in the file
+        con.execute("PRAGMA disable_checkpoint_on_shutdown")
+        con.execute("INSERT INTO meta VALUES ('note', 'kept in the log')")
+    wal = store.with_name(store.name + ".wal")
+    with open(wal, "r+b") as f:
+        f.seek(wal.stat().st_size // 2)
+        f.write(b"\x5a" * 16)
+
+
 def _not_a_database(store):
     store.write_bytes(b"\x5a" * store.stat().st_size)
 
 
-@pytest.mark.parametrize("damage", [_cut_in_half, _cut_after_its_headers, _a_block_overwritten, _not_a_database])
+@pytest.mark.parametrize("damage", [_cut_in_half, _cut_after_its_headers, _a_block_overwritten, _its_log_overwritten,
+                                    _not_a_database])
 def test_a_damaged_duckdb_store_is_named_with_what_to_do_and_left_as_it_is(tj, db, tmp_path, damage):
     logs = tmp_path / "logs"
     _logs(logs)
