@@ -32,6 +32,8 @@ import os
 import re
 import socket
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -46,7 +48,7 @@ from .sources import otel_clickhouse_tables as otel
 from .times import window_iso
 from .store import (
     RECEIVED_RETENTION, SCHEMA, SETTLE_WORKER_NAMES, BulkRows, Origin, Parsed, Received, Store, StoreError,
-    registered, worker_roles_sql,
+    registered, stored_schema_version, worker_roles_sql,
 )
 
 SCHEMES = ("chdb:", "clickhouse://")
@@ -148,13 +150,13 @@ class Chdb:
             from chdb import session
         except ImportError:
             raise StoreError("--store chdb:PATH needs chdb: pip install chdb") from None
-        _not_held(path)
-        try:
-            self._session = session.Session(path)
-            self._session.query(f"CREATE DATABASE IF NOT EXISTS {DATABASE}")
-            self._session.query(f"USE {DATABASE}")
-        except Exception as e:  # chdb raises its own ChdbError, or RuntimeError for a folder in use
-            raise ClickHouseError(f"cannot open chdb at {path}: {_first_line(e)}") from None
+        with _alone_in(path):
+            try:
+                self._session = session.Session(path)
+                self._session.query(f"CREATE DATABASE IF NOT EXISTS {DATABASE}")
+                self._session.query(f"USE {DATABASE}")
+            except Exception as e:  # chdb raises its own ChdbError, or RuntimeError for a folder in use
+                raise ClickHouseError(f"cannot open chdb at {path}: {_first_line(e)}") from None
 
     def command(self, sql: str) -> None:
         self._run(sql)
@@ -176,9 +178,29 @@ class Chdb:
         self._session.close()
 
 
+@contextmanager
+def _alone_in(path: str) -> Iterator[None]:
+    """The block runs while no other process holds chdb's folder `path` (_not_held), nor opens it:
+    between trying ClickHouse's lock and the engine taking it, another process could take it, and
+    the engine would fail with its own lines. So the folder itself is locked around both, and of
+    processes that open it together, each finds the one before holding it."""
+    try:
+        os.makedirs(path, exist_ok=True)
+        folder = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except OSError as e:
+        raise ClickHouseError(f"cannot open chdb at {path}: {e.strerror}") from None
+    try:
+        fcntl.flock(folder, fcntl.LOCK_EX)  # waits for another process's opening only: it lets go once open
+        _not_held(path)
+        yield
+    finally:
+        os.close(folder)  # which lets go of the lock
+
+
 def _not_held(path: str) -> None:
-    """ClickHouse locks its folder's `status` file while it runs: a second process would fail with
-    the engine's own lines on stderr, so the lock is tried first, and let go at once."""
+    """ClickHouse locks its folder's `status` file while it runs, and writes its process id there: a
+    second process would fail with the engine's own lines on stderr, so the lock is tried first, and
+    let go at once."""
     status = os.path.join(path, "status")
     if not os.path.exists(status):
         return
@@ -186,8 +208,10 @@ def _not_held(path: str) -> None:
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise ClickHouseError(f"chdb:{path} is open in another process (chdb lets one process at a time open "
-                                  f"a folder): run the commands one after the other") from None
+            holder = re.search(rb"^PID: (\d+)", f.read(), re.MULTILINE)
+            who = f"another process (PID {int(holder[1])})" if holder else "another process"
+            raise ClickHouseError(f"chdb:{path} is held by {who}: chdb lets one process at a time open a folder; "
+                                  f"run this again once that one has stopped") from None
         fcntl.flock(f, fcntl.LOCK_UN)
 
 
@@ -336,7 +360,7 @@ class ClickHouseStore(Store):
         rows = self.engine.arrow("SELECT value FROM meta FINAL WHERE key = 'schema_version'").to_pylist() \
             if self._has_meta() else []
         if rows:
-            version = int(rows[0]["value"])
+            version = stored_schema_version(rows[0]["value"], self.spec)
             if version == 1 and not self.read_only:
                 self._upgrade_from_1()
             elif version not in (1, CLICKHOUSE_SCHEMA_VERSION):  # a reader reads nothing version 2 changed

@@ -206,13 +206,24 @@ class OutOfMemory(StoreError):
     kept: the same command, run again with a larger budget, goes on from there."""
 
 
+class StoreDamaged(StoreError):
+    """The database file was cut short or overwritten in part (a copy that stopped, a disk that
+    failed), or is not DuckDB's: DuckDB refuses to read it, and writes nothing to it."""
+
+
+# DuckDB's words for a file cut short, a block whose checksum does not match, a write-ahead log
+# likewise, and a file whose header is not DuckDB's.
+_DAMAGED = re.compile(r"Could not read enough bytes from file|Corrupt (database|WAL) file|"
+                      r"is not a valid DuckDB database file")
+
+
 @contextmanager
 def store_errors_named(path: Path) -> Iterator[None]:
     """A write's DuckDB error, as StoreFull when the disk is full (DuckDB names that only inside an
     IO, transaction or fatal error: `Could not write file …: No space left on device`), and as
     OutOfMemory, naming the setting, when DuckDB's memory budget ran out; and Ctrl-C during a query,
     which DuckDB's Python client raises as RuntimeError("Query interrupted") or InterruptException,
-    as KeyboardInterrupt."""
+    as KeyboardInterrupt; and a file cut short or overwritten, as StoreDamaged."""
     try:
         yield
     except (duckdb.InterruptException, RuntimeError) as e:
@@ -225,6 +236,9 @@ def store_errors_named(path: Path) -> Iterator[None]:
             f"run the same command again with a larger one (TRACEJOIN_MEMORY_LIMIT=1GB); what was stored before is "
             f"kept and it goes on from there") from None
     except duckdb.Error as e:
+        if _DAMAGED.search(str(e)):
+            raise StoreDamaged(f"{path} is damaged or not a DuckDB database ({str(e).splitlines()[0]}): move it aside "
+                               f"and ingest again into a new store (it is left as it is)") from None
         if "No space left on device" not in str(e):
             raise
         raise StoreFull(f"the disk holding {path} is full ({_quoted_file(e)}): free some space and run the "
@@ -238,6 +252,17 @@ def _quoted_file(e: Exception) -> str:
         return "No space left on device"
     name = str(e)[start + len('Could not write file "'):].split('"', 1)[0]
     return f"no space left to write {name}"
+
+
+def stored_schema_version(value: str, store) -> int:
+    """The schema version a store's `meta` holds, as the number trace-join wrote there. Anything
+    else means the table was edited or the store damaged: nothing can be assumed of its tables."""
+    try:
+        return int(value)
+    except ValueError:
+        raise StoreError(f"{store} holds schema version {value!r}, which is not a number trace-join writes (its "
+                         f"meta table was edited, or the store is damaged): move it aside and ingest again into a "
+                         f"new store (it is left as it is)") from None
 
 
 class StoreLocked(StoreError):
@@ -334,7 +359,7 @@ class Store:
         except duckdb.CatalogException:
             has_meta = False
         if has_meta:
-            version = int(row[0]) if row else None
+            version = stored_schema_version(row[0], self.path) if row else None
             if version not in (1, 2, 3, 4, 5, SCHEMA_VERSION):
                 raise StoreError(
                     f"{self.path} has schema version {version}, this trace-join uses {SCHEMA_VERSION}: "

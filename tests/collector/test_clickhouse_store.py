@@ -140,7 +140,7 @@ def test_commands_the_clickhouse_store_does_not_run_say_so_in_one_line(tj, tmp_p
         held = tj("lookup", "chatcmpl-x", "--store", spec, with_db=False)
         assert held.code != 0
         assert_one_clear_line(held)
-        assert "open in another process" in held.err
+        assert "is held by another process" in held.err
     finally:
         holder.kill()
         holder.wait()
