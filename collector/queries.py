@@ -12,12 +12,13 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from .lookup import DEFAULT_LIMIT, Window, carried_by_many, lookup
+from .lookup import DEFAULT_LIMIT, RECORDS_SHOWN, Window, carried_by_many, lookup
 from .store import Store, StoreError
 
 
 def _lookup(store: Store, p: dict) -> dict:
-    return lookup(store, p["id"], Window(p.get("since_ns"), p.get("until_ns")), p.get("limit", DEFAULT_LIMIT))
+    return lookup(store, p["id"], Window(p.get("since_ns"), p.get("until_ns")), p.get("limit", DEFAULT_LIMIT),
+                  p.get("records", RECORDS_SHOWN))
 
 
 def _requests(store: Store, p: dict) -> list[dict]:
