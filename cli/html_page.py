@@ -14,8 +14,8 @@ from __future__ import annotations
 from html import escape
 
 from tracejoin.cli.render import (
-    clock_text, longest_phase, origin_text, record_fields, request_heading, request_lines, seconds, timeline_start,
-    within_text, worker_role,
+    clock_text, longest_phase, more_records, more_requests, origin_text, record_fields, request_heading, request_lines,
+    seconds, timeline_start, within_text, worker_role,
 )
 from tracejoin.collector.times import extent
 
@@ -54,6 +54,8 @@ def page(result: dict) -> str:
     parts += [f"<div class=warning>{escape(w)}</div>" for w in result["warnings"]]
     if result["summary"]:
         parts.append(_summary(result["summary"]))
+    if more := more_requests(result):
+        parts.append(f"<p class=went>{escape(more[0].upper() + more[1:])}.</p>")
     for i, request in enumerate(result["requests"], 1):
         parts.append(_request(request, i, result["matched"]))
     parts.append("</body></html>")
@@ -79,6 +81,8 @@ def _request(request: dict, i: int, matched: int) -> str:
     heading, failed = request_heading(request, i, matched)
     title, _, outcome = heading.partition(" · ")
     parts = [f"<h2>{escape(title.capitalize())}</h2>", _outcome(request, failed, outcome)]
+    if more := more_records(request):
+        parts.append(f"<p class=went>{escape(more[0].upper() + more[1:])}.</p>")
     if longest := longest_phase(request):
         parts.append(f"<p class=went>{escape(longest[0].upper() + longest[1:])}</p>")
     start = timeline_start(records)

@@ -193,7 +193,8 @@ def lookup(
     since: Optional[str] = typer.Option(None, help="Only requests seen at or after: ISO time, or 30m, 2h, 1d ago."),
     until: Optional[str] = typer.Option(None, help="Only requests seen at or before: ISO time, or 30m, 2h, 1d ago."),
     full: bool = typer.Option(False, "--full", help="Every attribute of every record, and the file and byte it was read from."),
-    limit: int = typer.Option(10, min=0, help="Requests shown with their records, first started first (0: all); a summary counts them all and lists the first 20 (--json: every one)."),
+    limit: int = typer.Option(10, min=0, help="Requests shown with their records, first started first (0: all, up to 100); a summary counts them all and lists the first 20 (--json: every one)."),
+    records: int = typer.Option(1000, min=1, help="Records shown of each request, first recorded first; each says how many it has."),
     html: Optional[Path] = typer.Option(None, "--html", dir_okay=False,
                                         help="Also write the answer as one self-contained HTML page, for a ticket."),
 ):
@@ -201,7 +202,7 @@ def lookup(
     from tracejoin.cli import render
 
     result = _query(db, "lookup", id=id, since_ns=_time_arg(since, "--since"), until_ns=_time_arg(until, "--until"),
-                    limit=limit)
+                    limit=limit, records=records)
     if as_json:
         render.print_json(result)
     if not result["requests"]:

@@ -289,13 +289,15 @@ def lookup_text(result: dict, full: bool = False) -> None:
         request_table(summary[:SUMMARY_SHOWN], numbered=True)
         if len(summary) > SUMMARY_SHOWN:
             console.print(f"  and {len(summary) - SUMMARY_SHOWN} more (--json lists every one)")
-    if len(requests) < matched:
-        console.print(f"the first {len(requests)} with their records (--limit N for more, --limit 0 for all):")
+    if more := more_requests(result):
+        console.print(f"{more}:")
     for i, request in enumerate(requests, 1):
         console.print()
         heading, failed = request_heading(request, i, matched)
         console.print(Text(visible(heading), style="bold red" if failed else "bold yellow" if request["first_error"]
                            else "bold"))
+        if more := more_records(request):
+            console.print(f"  {more}")
         if longest := longest_phase(request):
             console.print(visible(f"  {longest}"))
         ids = request["ids"]
@@ -360,6 +362,25 @@ def clock_text(iso: str) -> str:
 def within_text(record: dict, start: float | None) -> str:
     """Where on the timeline a line known to its second can have been written: `+ms…+ms`."""
     return f"{_offset(seconds(record['within']['from']), start)}…{_offset(seconds(record['within']['until']), start)}"
+
+
+def more_requests(result: dict) -> str | None:
+    """When a lookup shows fewer requests than it found: how many it shows, and how to see others."""
+    shown, matched = len(result["requests"]), result["matched"]
+    if shown >= matched:
+        return None
+    if result["requests_cut"]:
+        return (f"the first {shown} of {matched} with their records, the most one answer shows (--since and "
+                "--until for fewer, or look one up by an id of its own from the summary)")
+    return f"the first {shown} with their records (--limit N for more, --limit 0 for up to 100)"
+
+
+def more_records(request: dict) -> str | None:
+    """When a request shown has more records than the lookup shows: how many, and how to see more."""
+    if not request["records_cut"]:
+        return None
+    return (f"its first {len(request['records'])} records are shown of {request['records_total']} "
+            "(--records N for more)")
 
 
 def request_heading(request: dict, i: int, matched: int) -> tuple[str, bool]:

@@ -161,23 +161,33 @@ class IdGraph:
 
     # -- the walk -------------------------------------------------------------------------------
 
-    def _reach(self, node: Node) -> set[int]:
+    def _reach(self, node: Node, followed: set[tuple]) -> set[int]:
         """The records an edge of the id graph may join to this one: those carrying one of its
         keys, its span, or (when a serving process recorded it, or it is a child of such a span)
-        the span it is the parent or child of."""
+        the span it is the parent or child of. An edge `followed` already in this walk is not
+        followed again: the records it leads to are found already, and following it from each of
+        a request's records would cost the square of their number."""
         out: set[int] = set()
+
+        def follow(edge: tuple) -> bool:
+            if edge in followed:
+                return False
+            followed.add(edge)
+            return True
+
         for kind, value, scope in node.keys():
-            out.update(r for r, k, s in self._rows[value] if k == kind and s == scope)
-        if node.trace_id and node.span_id:
-            serving = node.role in SERVING_ROLES
+            if follow(("key", kind, value, scope)):
+                out.update(r for r, k, s in self._rows[value] if k == kind and s == scope)
+        serving = node.role in SERVING_ROLES
+        if node.trace_id and node.span_id and follow(("span", node.trace_id, node.span_id, serving)):
             for r, kind, _ in self._rows[f"{node.trace_id}/{node.span_id}"]:
                 if kind == SPAN or (kind == PARENT_SPAN and serving):
                     out.add(r)
-        if node.trace_id and node.parent_span_id:
+        if node.trace_id and node.parent_span_id and follow(("parent", node.trace_id, node.parent_span_id)):
             parents = [r for r, kind, _ in self._rows[f"{node.trace_id}/{node.parent_span_id}"] if kind == SPAN]
             self.load(parents)
             out.update(r for r in parents if self.nodes[r].role in SERVING_ROLES)
-        if self._joins_in_trace(node):
+        if self._joins_in_trace(node) and follow(("trace", node.trace_id)):
             out.update(self._one_request_trace(node.trace_id))
         return out
 
@@ -201,6 +211,7 @@ class IdGraph:
     def _closure(self, seeds: list[int]) -> set[int]:
         seen = set(seeds)
         frontier = list(seeds)
+        followed: set[tuple] = set()
         while frontier:
             self.load(frontier)
             values = []
@@ -215,7 +226,7 @@ class IdGraph:
                     values.append(n.trace_id)
             self.rows_for(values)
             # dict.fromkeys: a record two of the frontier reach is walked from once
-            frontier = list(dict.fromkeys(nb for r in frontier for nb in self._reach(self.nodes[r]) if nb not in seen))
+            frontier = list(dict.fromkeys(nb for r in frontier for nb in self._reach(self.nodes[r], followed) if nb not in seen))
             seen.update(frontier)
         return seen
 

@@ -64,17 +64,26 @@ class Window:
 
 
 DEFAULT_LIMIT = 10  # requests shown in full, the first started first; the summary lists them all
+# At most this many requests are shown in full, whatever `limit` asks (0 asks for all): an id a
+# whole session's requests share would otherwise walk and show every one of them. The summary still
+# lists them all, each with its own ids to look it up by.
+MOST_SHOWN = 100
+RECORDS_SHOWN = 1000  # records shown of each request, the first recorded first; it says how many it has
 # Past this many records carrying the id (a label such as an x-request-id shared by a whole agent
 # session), the requests are read from the stored requests tables when those hold every record, and
 # only the first `limit` are walked; below it, the walk costs less than reading those tables.
 MANY_CARRIERS = 200
 
 
-def lookup(store: Store, query: str, window: Window | None = None, limit: int = DEFAULT_LIMIT) -> dict:
+def lookup(store: Store, query: str, window: Window | None = None, limit: int = DEFAULT_LIMIT,
+           records: int = RECORDS_SHOWN) -> dict:
     """The requests an id names: how many (`matched`); when more than one, `summary`, one row each
     (as `requests` lists them) in the order they started; `requests`, the first `limit` of them (all
-    when 0) with every record. The query is read as pasted_id reads it."""
+    when 0), never more than MOST_SHOWN (`requests_cut` says when fewer are shown than asked for),
+    each with its first `records` records (`records_total` and `records_cut` say how many it has).
+    The query is read as pasted_id reads it."""
     query = pasted_id(query)
+    limit = min(limit or MOST_SHOWN, MOST_SHOWN)
     window = window or Window()
     graph = IdGraph(store)
     wanted = wanted_ids(query)
@@ -96,7 +105,8 @@ def lookup(store: Store, query: str, window: Window | None = None, limit: int = 
         "window": window.as_json(),
         "matched": matched,
         "summary": summary,
-        "requests": [_request_json(graph, q) for q in requests],
+        "requests": [_request_json(graph, q, records) for q in requests],
+        "requests_cut": len(requests) == MOST_SHOWN < matched,
         "warnings": graph.warnings,
     }
 
@@ -191,7 +201,8 @@ def _attrs(node) -> dict:
     return orjson.loads(attrs) if isinstance(attrs, (str, bytes)) else attrs or {}
 
 
-def _request_json(graph: IdGraph, request) -> dict:
+def _request_json(graph: IdGraph, request, shown: int) -> dict:
+    """The request's ids, workers, outcome, phases and its first `shown` records."""
     nodes = [graph.nodes[r] for r in request.record_ids]
     ids: dict[str, list] = {k: [] for k in _SHOWN_ID_KINDS}
     engine: list[dict] = []
@@ -220,7 +231,7 @@ def _request_json(graph: IdGraph, request) -> dict:
         engine.append({"worker": own[0].worker, "id": value})
     ids[ENGINE_REQUEST_ID] = engine
 
-    rows = _record_rows(graph, request.record_ids)
+    rows = _record_rows(graph, request.record_ids, shown)
     _place_steady_times(rows)
     rows = error_lines.whole_texts(graph, rows + error_lines.inferred_rows(graph, rows))
     rows = _one_event_once(rows)
@@ -289,7 +300,7 @@ def _request_json(graph: IdGraph, request) -> dict:
             failed.get("exception"), _exception(failed["attrs"])))))}
     return {"request_id": request.request_id, "ids": ids, "workers": list(workers.values()),
             "outcome": _outcome(rows, first_error), "first_error": first_error, "phases": _phases(rows),
-            "records": records}
+            "records": records, "records_total": len(request.record_ids), "records_cut": len(request.record_ids) > shown}
 
 
 _TRACEBACK = "Traceback (most recent call last):"
@@ -392,13 +403,13 @@ def _origin(origins: dict[int, tuple[str, bool, str | None]], row: dict) -> dict
     return origin
 
 
-def _record_rows(graph: IdGraph, record_ids) -> list[dict]:
-    """The records as rows to show, in the order they were recorded (the walk has read them),
-    each under its worker as settled within its request."""
-    rows = [dict(graph.nodes[r].record) for r in record_ids]
+def _record_rows(graph: IdGraph, record_ids, shown: int) -> list[dict]:
+    """The first `shown` records as rows to show, in the order they were recorded (the walk has
+    read them), each under its worker as settled within its request."""
+    rows = sorted((graph.nodes[r].record for r in record_ids), key=shown_order)[:shown]
+    rows = [dict(row) for row in rows]
     for row in rows:
         row["attrs"] = orjson.loads(row["attrs"]) if row["attrs"] else {}
-    rows.sort(key=shown_order)
     return rows
 
 

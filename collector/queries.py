@@ -15,13 +15,14 @@ from typing import Any, Callable
 
 import orjson
 
-from .lookup import DEFAULT_LIMIT, Window, carried_by_many, lookup
+from .lookup import DEFAULT_LIMIT, RECORDS_SHOWN, Window, carried_by_many, lookup
 from .records import INT64_MAX, INT64_MIN
 from .store import Store, StoreError
 
 
 def _lookup(store: Store, p: dict) -> dict:
-    return lookup(store, p["id"], Window(p.get("since_ns"), p.get("until_ns")), p.get("limit", DEFAULT_LIMIT))
+    return lookup(store, p["id"], Window(p.get("since_ns"), p.get("until_ns")), p.get("limit", DEFAULT_LIMIT),
+                  p.get("records", RECORDS_SHOWN))
 
 
 def _requests(store: Store, p: dict) -> list[dict]:
@@ -79,11 +80,12 @@ _TEXT_OR_NULL = _Kind("a string or null", lambda v: v is None or isinstance(v, s
 _FLAG = _Kind("true or false", lambda v: isinstance(v, bool))
 _TIME = _Kind("ns since the epoch in 64 bits, or null", lambda v: v is None or _int64(v))
 _COUNT = _Kind("a whole number, 0 or more", lambda v: _int64(v) and v >= 0)
+_POSITIVE = _Kind("a whole number, 1 or more", lambda v: _int64(v) and v >= 1)
 
 # The parameters each query takes, as the commands send them: what the query endpoint accepts
 # from a client (service/query_server.py).
 PARAMETERS: dict[str, dict[str, _Kind]] = {
-    "lookup": {"id": _TEXT, "since_ns": _TIME, "until_ns": _TIME, "limit": _COUNT},
+    "lookup": {"id": _TEXT, "since_ns": _TIME, "until_ns": _TIME, "limit": _COUNT, "records": _POSITIVE},
     "requests": {"slowest": _FLAG, "errors": _FLAG, "worker": _TEXT_OR_NULL, "route": _TEXT_OR_NULL,
                  "since_ns": _TIME, "until_ns": _TIME, "limit": _COUNT},
     "coverage": {"since_ns": _TIME, "until_ns": _TIME},
