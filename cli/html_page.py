@@ -55,7 +55,7 @@ def page(result: dict) -> str:
     if result["summary"]:
         parts.append(_summary(result["summary"]))
     if more := more_requests(result):
-        parts.append(f"<p class=went>{escape(more[0].upper() + more[1:])}.</p>")
+        parts.append(_went(f"{more}."))
     for i, request in enumerate(result["requests"], 1):
         parts.append(_request(request, i, result["matched"]))
     parts.append("</body></html>")
@@ -76,15 +76,20 @@ def _summary(rows: list[dict]) -> str:
     return "<h2>Every request</h2>" + _table(header, lines, ["error" if r["error"] else "" for r in rows])
 
 
+def _went(sentence: str) -> str:
+    """A sentence of how the request went, begun with a capital."""
+    return f"<p class=went>{escape(sentence[0].upper() + sentence[1:])}</p>"
+
+
 def _request(request: dict, i: int, matched: int) -> str:
     records = request["records"]
     heading, failed = request_heading(request, i, matched)
     title, _, outcome = heading.partition(" · ")
     parts = [f"<h2>{escape(title.capitalize())}</h2>", _outcome(request, failed, outcome)]
     if more := more_records(request):
-        parts.append(f"<p class=went>{escape(more[0].upper() + more[1:])}.</p>")
+        parts.append(_went(f"{more}."))
     if longest := longest_phase(request):
-        parts.append(f"<p class=went>{escape(longest[0].upper() + longest[1:])}</p>")
+        parts.append(_went(longest))
     start = timeline_start(records)
     id_rows = []
     for kind, values in request["ids"].items():

@@ -19,6 +19,7 @@ collided are shown inside the requests that share it (`_place_ambiguous`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 
 from . import record_contract
 from .ids import KEY_KINDS, PARENT_SPAN, SCOPED_KINDS, SERVING_ROLES, SPAN, TRACE_ID
@@ -68,6 +69,14 @@ class Node:
 def _is_key(kind: str, scope: str | None) -> bool:
     """Whether an id of this kind and scope is a key: an engine id only with its worker."""
     return kind in KEY_KINDS and (kind not in SCOPED_KINDS or scope is not None)
+
+
+def _first_time(followed: set[tuple], edge: tuple) -> bool:
+    """Whether a walk follows this edge for the first time (and it is now followed)."""
+    if edge in followed:
+        return False
+    followed.add(edge)
+    return True
 
 
 @dataclass
@@ -168,13 +177,7 @@ class IdGraph:
         followed again: the records it leads to are found already, and following it from each of
         a request's records would cost the square of their number."""
         out: set[int] = set()
-
-        def follow(edge: tuple) -> bool:
-            if edge in followed:
-                return False
-            followed.add(edge)
-            return True
-
+        follow = partial(_first_time, followed)
         for kind, value, scope in node.keys():
             if follow(("key", kind, value, scope)):
                 out.update(r for r, k, s in self._rows[value] if k == kind and s == scope)
