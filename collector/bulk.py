@@ -36,7 +36,7 @@ import hashlib
 import os
 import tempfile
 from array import array
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections import Counter
 from dataclasses import dataclass, field
 from itertools import accumulate
@@ -174,7 +174,7 @@ class BulkReader:
         if self._macros_on is not con:
             con.execute(MACROS)
             self._macros_on = con
-        unread, times, votes = _stage(con, pieces)
+        unread, times, votes, marked = _stage(con, pieces)
         batch = BatchBuilder()
         first_record_id = self.store.allocate_record_ids(0)
         held_back: list[str] = []
@@ -184,7 +184,7 @@ class BulkReader:
             file = piece.file
             batch.reading(file.source, file.origin)
             read = _by_parser(k, piece, sorted(set(unread.get(k, ())).union(piece.unsent)), times.get(k),
-                              batch, held_back)
+                              marked.get(k, {}), batch, held_back)
             first = self.store.allocate_record_ids(read.records)
             parser_record_ids += [first + n for n in read.parser_records]
             taken_rows += read.taken
@@ -269,6 +269,8 @@ def _split(piece: _Piece) -> None:
 
 def _not_utf8(data: bytes, starts: list[int]) -> list[int]:
     """The lines of data that are not UTF-8."""
+    if _is_utf8(data):
+        return []
     bad, position = [], 0
     while position < len(data):
         try:
@@ -281,10 +283,22 @@ def _not_utf8(data: bytes, starts: list[int]) -> list[int]:
     return bad
 
 
-def _stage(con, pieces: list[_Piece]) -> tuple[dict[int, list[int]], dict[int, pa.ChunkedArray]]:
+def _is_utf8(data: bytes) -> bool:
+    """Whether the bytes are UTF-8: Arrow's check of a text, which makes no copy (a decode would
+    make one, at ten times the cost)."""
+    text = pa.Array.from_buffers(pa.large_string(), 1, [None, pa.py_buffer(array("q", [0, len(data)])), pa.py_buffer(data)])
+    try:
+        text.validate(full=True)
+    except pa.ArrowInvalid:
+        return False
+    return True
+
+
+def _stage(con, pieces: list[_Piece]):
     """The module's select over the staged lines, as the temporary table bulk_stage (within
     DuckDB's memory budget, spilled to disk beyond it, where an Arrow table would add a stage's
-    size to the peak); the lines of each piece it does not read, and the times of its rows."""
+    size to the peak); the lines of each piece it does not read, the times of its rows, their
+    votes, and the lines holding one of the parsers' state markers (_marked)."""
     batches, first_row, rows = [], {}, 0
     for k, piece in enumerate(pieces):
         if piece.data is None:
@@ -317,7 +331,8 @@ def _stage(con, pieces: list[_Piece]) -> tuple[dict[int, list[int]], dict[int, p
                                               f"NULL::{rules.json_columns} AS r LIMIT 0)")
             con.execute("CREATE OR REPLACE TEMP TABLE bulk_stage AS "
                         + select.replace("{lines}", f"(FROM {staged_lines} LIMIT 0)"))
-            return {k: list(range(piece.lines)) for k, piece in enumerate(pieces)}, {}, {}
+            return {k: list(range(piece.lines)) for k, piece in enumerate(pieces)}, {}, {}, {}
+        marked = _marked(con, pieces)
     finally:
         con.execute("RESET preserve_insertion_order")
         con.unregister("bulk_lines")
@@ -332,7 +347,39 @@ def _stage(con, pieces: list[_Piece]) -> tuple[dict[int, list[int]], dict[int, p
     times = {k: stage["time_ns"].slice(row, pieces[k].lines) for k, row in first_row.items()}
     votes = {k: pc.if_else(stage["ok"], stage["vote"], pa.scalar(None, pa.string())).slice(row, pieces[k].lines)
              for k, row in first_row.items()} if rules.votes else {}
-    return unread, times, votes
+    return unread, times, votes, marked
+
+
+def _marked(con, pieces: list[_Piece]) -> dict[int, dict[bytes, memoryview]]:
+    """The staged lines of each piece holding each of the state markers its parser has now, in
+    order: found by DuckDB on all threads, where Python would scan each piece once for each
+    marker. (As views of Arrow's numbers: a marker may be on most lines, and is looked up in them
+    only while the parser has it.)"""
+    by_marker: dict[bytes, list[int]] = {}
+    for k, piece in enumerate(pieces):
+        if piece.data is not None:
+            for marker in piece.file.parser.state_markers():
+                by_marker.setdefault(marker, []).append(k)
+    if not by_marker:
+        return {}
+    markers = list(by_marker)
+    holds = [f"contains(line, {literal(marker.decode())})" for marker in markers]
+    found = con.sql(f"SELECT f, idx, {', '.join(holds)} FROM bulk_lines "
+                    f"WHERE f IN ({', '.join(map(str, set().union(*by_marker.values())))}) "
+                    f"AND ({' OR '.join(holds)}) ORDER BY f, idx").to_arrow_table()
+    marked: dict[int, dict[bytes, memoryview]] = {}
+    for n, marker in enumerate(markers):
+        holding = found.filter(found.column(2 + n))
+        f, idx = _ints(holding["f"]), _ints(holding["idx"])
+        for k in by_marker[marker]:
+            marked.setdefault(k, {})[marker] = idx[bisect_left(f, k):bisect_right(f, k)]
+    return marked
+
+
+def _ints(column: pa.ChunkedArray) -> memoryview:
+    """An int32 column without nulls as a sequence of Python ints, without a copy per number."""
+    array = column.combine_chunks()
+    return memoryview(array.buffers()[1]).cast("i")[array.offset:array.offset + len(array)]
 
 
 def _with_settings(select: str, pieces: list[_Piece]) -> tuple[str, str]:
@@ -384,21 +431,24 @@ class _Read:
     scopes: list[tuple]  # (piece, line, the parser's scope from the next line on)
 
 
-def _by_parser(k: int, piece: _Piece, unread: list[int], times: pa.ChunkedArray | None, batch: BatchBuilder,
-               held_back: list[str]) -> _Read:
-    """The piece's lines the parser must read (the module doc's step 3), read in line order."""
+def _by_parser(k: int, piece: _Piece, unread: list[int], times: pa.ChunkedArray | None,
+               marked: dict[bytes, memoryview], batch: BatchBuilder, held_back: list[str]) -> _Read:
+    """The piece's lines the parser must read (the module doc's step 3), read in line order:
+    `unread`, and the lines holding one of its state markers (`marked`, by marker) when it
+    comes to them (they shrink as it learns)."""
     file, parser = piece.file, piece.file.parser
     n = piece.lines
     must = unread if unread and unread[-1] == n - 1 else [*unread, n - 1]
-    markers = _Markers(piece, parser) if piece.data is not None else None
     read = _Read(n, 0, 0, [], [], [(k, -1, parser.scope)])
     shift, last, m = 0, -1, 0
     while read.lines == n:
         while m < len(must) and must[m] <= last:
             m += 1
         line = must[m] if m < len(must) else n
-        if markers is not None:
-            line = min(line, markers.after(last))
+        for marker in parser.state_markers():
+            lines = marked.get(marker, ())
+            if (i := bisect_right(lines, last)) < len(lines):
+                line = min(line, lines[i])
         if line >= n:
             break
         if times is not None and last < line - 1:  # the line before is a row of the stage
@@ -430,27 +480,6 @@ def _learn(parser, votes: pa.ChunkedArray, read: _Read) -> None:
     counts = Counter(v for i, v in enumerate(votes.slice(0, read.lines).to_pylist()) if v is not None and i not in taken)
     if counts:
         parser.learn(counts)
-
-
-class _Markers:
-    """The lines of a piece holding a text that may change what the parser knows of its file (its
-    state_markers(), which shrink as it learns)."""
-
-    def __init__(self, piece: _Piece, parser):
-        self._data, self._starts, self._parser = piece.data, piece.starts, parser
-        self._next: dict[bytes, int] = {}  # where each marker is next found
-
-    def after(self, line: int) -> int:
-        """The first such line after `line`; the piece's line count when none is left."""
-        data, start = self._data, self._starts[line + 1]
-        first = len(data)
-        for marker in self._parser.state_markers():
-            at = self._next.get(marker, -1)
-            if at < start:
-                at = data.find(marker, start)
-                self._next[marker] = at = len(data) if at < 0 else at
-            first = min(first, at)
-        return bisect_right(self._starts, first) - 1
 
 
 def _table(rows: list[tuple], **types: pa.DataType) -> pa.Table:

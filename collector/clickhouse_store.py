@@ -39,7 +39,7 @@ from urllib.parse import urlparse
 
 import pyarrow as pa
 
-from . import id_index, record_contract
+from . import id_index, line_blocks, record_contract
 from .duckdb_engine import connect, let_pandas_in, with_arrow
 from .ids import JOINING_KINDS
 from .records import RECORDS_SCHEMA, BatchBuilder
@@ -729,6 +729,17 @@ class ClickHouseStore(Store):
 
     def readable_between(self, low_ns: int, high_ns: int) -> None:
         self._bring(f"time_ns BETWEEN {int(low_ns)} AND {int(high_ns)} AND ({_WORRYING})")
+
+    def lines_at(self, places: list[tuple[int, int]]) -> dict[tuple[int, int], str]:
+        wanted = sorted(set(places))
+        if not wanted or not self._own_tables:
+            return {}
+        pairs = ", ".join(f"({int(o)}, {int(p)})" for o, p in wanted)
+        rows = self.engine.arrow(
+            f"SELECT w.o, w.p, b.offset, b.bytes FROM (SELECT arrayJoin([{pairs}]) AS t, t.1 AS o, t.2 AS p) AS w "
+            f"ASOF JOIN line_blocks AS b ON w.o = b.origin_id AND w.p >= b.offset WHERE w.p < b.offset + b.length "
+            f"SETTINGS output_format_arrow_string_as_string = 0")  # the blocks' bytes as bytes, not text
+        return line_blocks.lines_of_blocks(zip(*(rows.column(i).to_pylist() for i in range(4))))
 
     def file_lines(self, row: dict, n: int, *, after: bool) -> list[tuple[int, str | None, str | None]]:
         if not self._own_tables:

@@ -21,7 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from functools import partial
 
-from . import record_contract
+import orjson
+
+from . import line_attributes, record_contract
 from .ids import KEY_KINDS, PARENT_SPAN, SCOPED_KINDS, SERVING_ROLES, SPAN, TRACE_ID
 from .requests import group_records
 from .store import Store
@@ -157,6 +159,15 @@ class IdGraph:
             for row in self.store.record_rows(_SELECT_RECORDS, chunk):
                 self.nodes[row[0]] = Node(*row[:8], record=dict(zip(RECORD_COLUMNS, row)),
                                           ids=[(k, v, self._aliases.get(s, s)) for k, v, s in self._ids[row[0]]])
+
+    def rows(self, record_ids) -> list[dict]:
+        """Loaded records as rows to show: their columns, their attributes read (whole: those a
+        record keeps only some of are read from its line, line_attributes.py)."""
+        rows = [dict(self.nodes[r].record) for r in record_ids]
+        for row in rows:
+            row["attrs"] = orjson.loads(row["attrs"]) if row["attrs"] else {}
+        line_attributes.fill(self.store, rows)
+        return rows
 
     def carriers(self, values, kinds=None) -> list[tuple[int, str]]:
         """(record, kind) of every record carrying one of these values (as an id of `kinds`)."""

@@ -128,15 +128,20 @@ class Keeper:
 
 def lines_at(con, places: list[tuple[int, int]]) -> dict[tuple[int, int], str]:
     """The line that starts at each (origin, offset), without its newline, as text (invalid UTF-8
-    replaced), for the places whose bytes the store keeps. Each block is decompressed once."""
+    replaced), for the places whose bytes the store (a DuckDB connection) keeps."""
     wanted = sorted(set(places))
     if not wanted:
         return {}
-    rows = con.execute(
+    return lines_of_blocks(con.execute(
         'SELECT w.origin_id, w."offset", b."offset", b.bytes FROM (SELECT unnest($o::BIGINT[]) AS origin_id, '
         'unnest($p::BIGINT[]) AS "offset") w ASOF JOIN line_blocks b '
         'ON b.origin_id = w.origin_id AND w."offset" >= b."offset" WHERE w."offset" < b."offset" + b.length',
-        {"o": [o for o, _ in wanted], "p": [p for _, p in wanted]}).fetchall()
+        {"o": [o for o, _ in wanted], "p": [p for _, p in wanted]}).fetchall())
+
+
+def lines_of_blocks(rows) -> dict[tuple[int, int], str]:
+    """The lines at (origin, offset) from rows of (origin, offset, the offset of the block that holds
+    it, that block's bytes), each block decompressed once."""
     zstd = _zstd()
     blocks: dict[tuple[int, int], bytes] = {}
     found = {}

@@ -406,11 +406,8 @@ def _origin(origins: dict[int, tuple[str, bool, str | None]], row: dict) -> dict
 def _record_rows(graph: IdGraph, record_ids, shown: int) -> list[dict]:
     """The first `shown` records as rows to show, in the order they were recorded (the walk has
     read them), each under its worker as settled within its request."""
-    rows = sorted((graph.nodes[r].record for r in record_ids), key=shown_order)[:shown]
-    rows = [dict(row) for row in rows]
-    for row in rows:
-        row["attrs"] = orjson.loads(row["attrs"]) if row["attrs"] else {}
-    return rows
+    first = sorted((graph.nodes[r].record for r in record_ids), key=shown_order)[:shown]
+    return graph.rows([record["record_id"] for record in first])
 
 
 # A log line and its OTLP export are stamped apart by the time between the two writes: Dynamo's

@@ -13,6 +13,7 @@ whoever maps a new format.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 
@@ -84,6 +85,26 @@ FACTS = (
 )
 
 _BY_NAME = {fact.name: fact for fact in FACTS}
+
+# The attributes the facts read, in the order they first do. A record whose line the store keeps and
+# reads again when shown (line_attributes.py) stores only these of its attributes: every fact, and so
+# the requests build, the worker naming and the dashboards, reads the same from them.
+ATTRIBUTES = tuple(dict.fromkeys(re.findall(r"attrs->>'([^']+)'", " ".join(fact.sql for fact in FACTS))))
+
+
+def read_by_facts(attrs: dict) -> dict | None:
+    """Those of the attributes the facts read (ATTRIBUTES, in its order, without nulls), or None."""
+    kept = {key: attrs[key] for key in ATTRIBUTES if attrs.get(key) is not None}
+    return kept or None
+
+
+def read_by_facts_sql(fields: str) -> str:
+    """read_by_facts in SQL, as JSON text: `fields` is a STRUCT with a JSON field for each of
+    ATTRIBUTES (a JSON null, or a field missing, is left out). Written by hand rather than by
+    json_object: most lines hold one or none of them."""
+    members = ", ".join(f"""CASE WHEN {fields}."{key}" <> 'null' THEN '"{key}":' || {fields}."{key}" END"""
+                        for key in ATTRIBUTES)
+    return f"nullif('{{' || concat_ws(',', {members}) || '}}', '{{}}')"
 
 
 def http_status_number(status: str | None) -> int | None:

@@ -477,6 +477,10 @@ class Store:
 
         return {"snapshot": str(publish(self))}
 
+    def lines_at(self, places: list[tuple[int, int]]) -> dict[tuple[int, int], str]:
+        """The lines as read that start at these (origin, offset) places, where the store keeps them."""
+        return line_blocks.lines_at(self.con, places)
+
     def file_lines(self, row: dict, n: int, *, after: bool) -> list[tuple[int, str | None, str | None]]:
         """(record_id, name, attrs) of up to n records of the row's file right after it (or
         before it, nearest first). A file's records are numbered in its order, and near."""

@@ -42,15 +42,21 @@ class Rules:
 # -- JSON read alike ------------------------------------------------------------------------
 # DuckDB's JSON reader (yyjson) takes texts orjson refuses, and writes some values otherwise than
 # orjson. A JSON-lines source's `select` keeps a line `ok` only when read_as_orjson says DuckDB
-# reads and writes it as orjson would: no trailing comma (yyjson drops it); no key twice (orjson
-# keeps the last value, yyjson both); and nothing in the text DuckDB writes of it (`written`,
-# minified) that orjson reads or writes otherwise: NaN or Infinity, numbers orjson writes with an
-# exponent (below 1e-5, from 1e16) or yyjson keeps as text (beyond 64 bits), control characters
-# yyjson escapes in upper case, nested objects (keys twice inside them) and nested arrays (orjson
-# writes no deeper than 254 levels).
+# reads it as orjson would, and writes what is stored of it (`written`, the JSON text DuckDB makes
+# of the values stored, minified; NULL: none) as orjson would. Read otherwise: a trailing comma
+# (yyjson drops it), a key twice (orjson keeps the last value, yyjson the first), NaN or Infinity,
+# numbers with an exponent (orjson refuses those beyond a double's range) and integers of 20 digits
+# and more, or negative of 19 (orjson reads those beyond 64 bits as floats; a worker id of 19
+# digits, as Dynamo's are, is read alike). Written otherwise:
+# numbers orjson writes with an exponent (below 1e-5, from 1e16) or yyjson keeps as text (beyond
+# 64 bits), control characters yyjson escapes in upper case, nested objects (keys twice inside
+# them) and nested arrays (orjson writes no deeper than 254 levels).
 _TRAILING_COMMA = r",[ \t\n\r]*[}\]]"
+# A value read otherwise, after any of the characters a value follows. Written as one expression for
+# each of them: RE2 skips ahead to a literal first character, but tries a class at every byte.
+_VALUE_READ_OTHERWISE = r"[ \t]*-?((?i:nan|inf|infinity)[ \t]*[,}\]]|[0-9]+(\.[0-9]+)?[eE]|[0-9]{20}|-[0-9]{19})"
+_READ_OTHERWISE = " OR ".join(f"regexp_matches(line, '{before}{_VALUE_READ_OTHERWISE}')" for before in (":", ",", "\\["))
 _WRITTEN_OTHERWISE = "|".join([
-    r"[:\[,]-?(?i:nan|inf)",
     r"[:\[,]-?[0-9]+(\.[0-9]+)?[eE]",
     r"[:\[,]-?0\.00000",
     r"[:\[,]-?[0-9]{17,}\.",
@@ -66,7 +72,8 @@ CREATE OR REPLACE TEMP MACRO read_as_orjson(line, keys, written) AS
     NOT regexp_matches(line, '{_TRAILING_COMMA}')
     -- no key twice: each key first found where it is (cheaper than counting distinct keys)
     AND len(list_filter(keys, lambda key, i: list_position(keys, key) <> i)) = 0
-    AND NOT regexp_matches(written, '{_WRITTEN_OTHERWISE}');
+    AND NOT ({_READ_OTHERWISE})
+    AND NOT coalesce(regexp_matches(written, '{_WRITTEN_OTHERWISE}'), false);
 """
 
 

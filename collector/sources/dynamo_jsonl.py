@@ -21,19 +21,15 @@ import re
 from typing import NoReturn
 
 from . import bulk_sql, text_log, tracing_fmt
-from .. import framing, tokens
+from .. import framing, record_contract, tokens
 from ..ids import DISAGG_REQUEST_ID, ENGINE_REQUEST_ID, INTERNAL_ID, PARENT_SPAN, REPLY_ID, SPAN, TRACE_ID, X_REQUEST_ID
+from ..line_attributes import dynamo_json_attrs
 from ..records import Record
 from . import dynamo_request_trace
 from .parsing import HEX, field, hex_id, iso_to_ns, load_object
 
 NAME = "dynamo_jsonl"
 
-# The fixed keys of a line and the trace-context keys, which become columns and ids.
-_LIFTED = frozenset({
-    "time", "level", "target", "message", "trace_id", "span_id", "parent_id", "request_id",
-    "x_dynamo_request_id", "x_request_id", "span_name",
-})
 # The lifted keys whose values must be text, in the order a line's fields are read (the first bad
 # one is the reason a line is quarantined); target, time and level are required.
 _TEXT_FIELDS = (
@@ -186,15 +182,8 @@ class Reader:
         status = obj.get("status")
         if isinstance(status, (str, int)) and not isinstance(status, bool):
             record.status = str(status)
-        # The line's own dict becomes the attrs: deleting the few lifted keys is cheaper than copying
-        # the rest, and keeps the others in their order, target and span_name last.
-        attrs = obj
-        for key in _LIFTED.intersection(attrs):
-            del attrs[key]
-        attrs["target"] = target
-        if span_name:
-            attrs["span_name"] = span_name
-        record.attrs = attrs
+        # The line is kept in the store, and its other fields read from it when shown (line_attributes.py).
+        record.attrs = record_contract.read_by_facts(dynamo_json_attrs(obj, target, span_name))
         return record
 
     def _reject(self, obj: dict) -> NoReturn:
@@ -299,8 +288,8 @@ def _ms_to_ns(value) -> int | None:
 # tests/collector/test_bulk_dynamo.py holds the two ways to each other.
 
 _OTHER_FIELDS = ("error", "error_detail", "time.duration_us", "elapsed_ms", "status", "schema")
-_STRUCT = "{" + ", ".join(f'"{key}": "JSON"' for key in _TEXT_FIELDS + _OTHER_FIELDS) + "}"
-_LIFTED_REMOVED = "{" + ", ".join(f'"{key}": null' for key in sorted(_LIFTED)) + "}"
+_STRUCT = "{" + ", ".join(f'"{key}": "JSON"' for key in dict.fromkeys(
+    _TEXT_FIELDS + _OTHER_FIELDS + record_contract.ATTRIBUTES)) + "}"
 
 
 def _sql_text(key: str) -> str:
@@ -325,9 +314,9 @@ _DECIMAL = "'^-?[0-9]+(\\.[0-9]+)?$'"
 _SELECT = f"""
 WITH parsed AS (
     SELECT f, idx, start, line, j,
-        CASE WHEN j IS NOT NULL THEN json_merge_patch(line, '{_LIFTED_REMOVED}', json_object(
-            'target', j.target->>'$', 'span_name', nullif(j.span_name->>'$', ''))) END AS attrs,
-        CASE WHEN j IS NOT NULL THEN json_keys(line) END AS keys
+        CASE WHEN j IS NOT NULL THEN json_keys(line) END AS keys,
+        -- what the record stores of its attributes (the rest are read from the line when shown)
+        CASE WHEN j IS NOT NULL THEN {record_contract.read_by_facts_sql("j")} END AS attrs
     FROM (SELECT *, CASE WHEN starts_with(line, '{{') THEN try(from_json(line, '{_STRUCT}')) END AS j FROM {{lines}})
 ), fields AS (
     SELECT f, idx, start, line, j, attrs, keys,

@@ -15,12 +15,13 @@ attributes, not joined, since they are two requests.
 
 from __future__ import annotations
 
+from ..line_attributes import REQUEST_TRACE_SCHEMA
 from ..ids import INTERNAL_ID, REPLY_ID, SESSION_ID, TOOL_CALL_ID, X_REQUEST_ID
 from ..records import Record
 from .parsing import Unparseable, field, load_object
 
 NAME = "dynamo_request_trace"
-SCHEMA = "dynamo.request.trace.v1"
+SCHEMA = REQUEST_TRACE_SCHEMA
 
 # Timing and token fields worth keeping from a request_end row (ms unless named otherwise).
 _REQUEST_FIELDS = (

@@ -73,6 +73,8 @@ def killed_and_read_whole(tmp_path, monkeypatch, module, paths: list[str], *, se
 
 def assert_same(in_bulk: dict, by_line: dict) -> None:
     for table in TABLES:
+        for x, y in zip(in_bulk[table], by_line[table]):
+            assert x == y, (table, x, y)
         assert in_bulk[table] == by_line[table], table
 
 

@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from tracejoin.collector.ids import INTERNAL_ID, TRACE_ID, X_REQUEST_ID
-from tracejoin.collector import framing
+from tracejoin.collector import framing, line_attributes
 from tracejoin.collector.sources import dynamo_jsonl
 from tracejoin.collector.sources.dynamo_jsonl import LineParser
 from tracejoin.collector.sources.parsing import Unparseable, field, iso_to_ns
@@ -97,24 +97,52 @@ def test_a_rejected_line_teaches_the_identity_only_if_it_was_read_that_far():
     assert (parser.worker, parser.role) == ("frontend:0.0.0.0:8000", "frontend")
 
 
+def attrs_read_again(obj: dict) -> dict | None:
+    """The attributes a reader shows of the line's record, read again from the line as kept."""
+    return line_attributes.READ_AGAIN["dynamo_jsonl"](orjson.dumps(obj).decode())
+
+
 def test_a_good_line():
-    [record] = parse({**GOOD, "parent_id": None, "x_dynamo_request_id": GOOD["request_id"], "extra": [1]})
+    line = {**GOOD, "parent_id": None, "x_dynamo_request_id": GOOD["request_id"], "extra": [1]}
+    [record] = parse(line)
     assert (record.name, record.level, record.time_ns) == ("request received", "INFO", 1787307302041500000)
     assert (record.trace_id, record.span_id, record.parent_span_id) == (GOOD["trace_id"], GOOD["span_id"], None)
     assert record.ids == [(INTERNAL_ID, GOOD["request_id"], None), (X_REQUEST_ID, "xr-0", None),
                           (TRACE_ID, GOOD["trace_id"], None)]
-    # Lifted keys (even null ones) leave the attrs, the rest keep their order, target and span_name last.
-    assert list(record.attrs.items()) == [
+    # The record stores none of the line's other fields (the record contract reads none of them)...
+    assert record.attrs is None
+    # ...a reader reads them from the line: lifted keys (even null ones) left out, the rest in their
+    # order, target and span_name last.
+    assert list(attrs_read_again(line).items()) == [
         ("file", "push_handler.rs"), ("line", 1), ("component", "backend"), ("instance_id", "7587888880384150231"),
         ("extra", [1]), ("target", GOOD["target"]), ("span_name", "handle_payload"),
     ]
+
+
+def test_a_line_stores_the_fields_the_record_contract_reads():
+    """What the requests build and the dashboards read of a record (its route, endpoint, error)
+    is stored, so they never read the line; a reader shows them among the others."""
+    line = {**GOOD, "uri": "/v1/chat/completions", "endpoint": "chat_completions", "error_type": "Overloaded",
+            "status": 503, "ttft_ms": 12.5, "uri_extra": None}
+    [record] = parse(line)
+    assert record.attrs == {"error_type": "Overloaded", "ttft_ms": 12.5, "uri": "/v1/chat/completions",
+                            "endpoint": "chat_completions"}
+    assert attrs_read_again(line).items() >= record.attrs.items()
+
+
+def test_lines_whose_records_store_their_attributes_whole_are_not_read_again():
+    assert attrs_read_again({"schema": line_attributes.REQUEST_TRACE_SCHEMA, "event_type": "request_end"}) is None
+    assert attrs_read_again({**GOOD, "target": 4}) is None
+    assert line_attributes.READ_AGAIN["dynamo_jsonl"]("2026-08-21T10:15:02.041500Z  INFO dynamo_llm: hello") is None
+    wrapped = "2026-08-21T10:15:02.041500001Z stderr F " + orjson.dumps(GOOD).decode()
+    assert line_attributes.READ_AGAIN["dynamo_jsonl"](wrapped)["instance_id"] == GOOD["instance_id"]
 
 
 def test_empty_texts_are_no_values():
     [record] = parse(with_values(message="", span_name="", request_id="", x_request_id=""))
     assert record.name == GOOD["target"]
     assert record.ids == [(TRACE_ID, GOOD["trace_id"], None)]
-    assert "span_name" not in record.attrs
+    assert "span_name" not in attrs_read_again(with_values(message="", span_name="", request_id="", x_request_id=""))
 
 
 def test_a_json_line_without_dynamos_keys_is_kept_with_its_time_and_level():
