@@ -39,9 +39,9 @@ from array import array
 from bisect import bisect_left, bisect_right
 from collections import Counter
 from dataclasses import dataclass, field
-from itertools import accumulate
 from typing import Callable
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -248,11 +248,14 @@ def _split(piece: _Piece) -> None:
     blanked in a copy of the piece (0x01 bytes, so the lines keep their offsets, and a select
     sees a line it does not read, which the parser may store: not a blank one)."""
     data = piece.data
-    lengths = list(map(len, data.split(b"\n")))  # split is the fastest way here, in C
-    if piece.terminated:
-        lengths.pop()  # the empty "line" after the last newline
-    piece.starts = [0, *accumulate(n + 1 for n in lengths)]
-    piece.starts[-1] = len(data)
+    # each line's start, then the end: after each newline, and the end of an unfinished last line
+    starts = np.flatnonzero(np.frombuffer(data, np.uint8) == 10) + 1
+    starts = np.concatenate(([0], starts) if piece.terminated else ([0], starts, [len(data)]))
+    lengths = np.diff(starts) - 1
+    if not piece.terminated:
+        lengths[-1] += 1  # the unfinished last line has no newline
+    piece.starts = starts.tolist()
+    lengths = lengths.tolist()
     blank = [i for i, n in enumerate(lengths) if n > piece.file.max_line] if max(lengths) > piece.file.max_line else []
     if not data.isascii():
         blank += _not_utf8(data, piece.starts)

@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # the store imports this module for its schema: every command
     import pyarrow as pa
 
 BLOCK_BYTES = 256 << 10  # a reader decompresses a whole block for one line: small enough to be quick
-LEVEL = 3
+LEVEL = 1  # on Dynamo's lines both faster and smaller than 3 (docs/performance.md)
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS line_blocks (
