@@ -21,7 +21,9 @@ START_TIMEOUT_S = 20
 class Collector:
     def __init__(self, db: Path, *args: str, grpc: str = "127.0.0.1:0", http: str = "127.0.0.1:0"):
         self.db = db
-        self.argv = [sys.executable, "-m", "tracejoin.cli", "collect", "--db", str(db),
+        # -X faulthandler: a collector that does not stop is sent SIGABRT, and writes where each
+        # of its threads waits to its stderr, which the failing test shows.
+        self.argv = [sys.executable, "-X", "faulthandler", "-m", "tracejoin.cli", "collect", "--db", str(db),
                      "--otlp-grpc", grpc, "--otlp-http", http, *map(str, args)]
         self.proc: subprocess.Popen | None = None
         self.lines: queue.Queue[str] = queue.Queue()
@@ -76,7 +78,13 @@ class Collector:
     def terminate(self, timeout: float = 30) -> int:
         """SIGTERM, and the exit code."""
         self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.send_signal(signal.SIGABRT)
+            self.proc.wait(10)
+            raise AssertionError(f"collect did not stop within {timeout} s of SIGTERM; where it waited:\n"
+                                 f"{self.stderr()}") from None
 
     def kill(self) -> None:
         """SIGKILL: no flush, no snapshot, nothing cleaned up."""
