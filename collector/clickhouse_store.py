@@ -581,9 +581,9 @@ class ClickHouseStore(Store):
         return record_ids
 
     @staticmethod
-    def _picked(select: str, record_ids) -> str:
+    def picked(select: str, record_ids) -> tuple[str, list]:
         """One list: `con` holds only the records brought, and their ids, hashes, lie far apart."""
-        return select.replace("{}", f"record_id IN ({','.join(map(str, record_ids)) or 'NULL'})")
+        return select.replace("{}", "record_id IN (SELECT unnest(?::BIGINT[]))"), [sorted(set(record_ids))]
 
     def _bring_ids(self, record_ids) -> None:
         missing = sorted(set(record_ids) - self._brought)
@@ -665,11 +665,11 @@ class ClickHouseStore(Store):
         finally:
             self.con.execute("DROP TABLE new_records; DROP TABLE new_ids")
 
-    def ids_of(self, record_ids) -> list[tuple[int, str, str, str | None]]:
+    def ids_of(self, record_ids) -> Iterator[tuple[int, str, str, str | None]]:
         self._bring_ids(record_ids)
         return super().ids_of(record_ids)
 
-    def record_rows(self, columns: str, record_ids) -> list[tuple]:
+    def record_rows(self, columns: str, record_ids) -> Iterator[tuple]:
         self._bring_ids(record_ids)
         return super().record_rows(columns, record_ids)
 

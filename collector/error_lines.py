@@ -59,13 +59,11 @@ def inferred_rows(graph, rows: list[dict]) -> list[dict]:
         f"WHERE source IN {_TEXT_LOGS_SQL} AND kind = 'log' AND failed AND ({where})", params).fetchall()
         if r not in own]
     graph.load(candidates)
+    # a line that names what it belongs to is placed by the walk, or not
+    loose = [r for r in candidates if not (graph.nodes[r].ids or graph.nodes[r].trace_id)]
     ports = {r["worker"].rsplit(":", 1)[-1] for r in rows if r["worker"]}
     added = []
-    for record_id in sorted(candidates):
-        node = graph.nodes[record_id]
-        if node.ids or node.trace_id:
-            continue  # it names what it belongs to: the walk has placed it, or not
-        [row] = graph.rows([record_id])
+    for row in sorted(graph.rows(loose), key=lambda row: row["record_id"]):
         second = (row["time_ns"], row["time_ns"] + SECOND_NS)
         there = [r for r in evidence if r["worker"] == row["worker"]
                  for start, end in [extent(r["kind"], r["time_ns"], r["duration_ns"] or 0)] if start < second[1] and end >= second[0]]
@@ -143,8 +141,7 @@ def _head_of(graph, row: dict) -> dict | None:
     for record_id, attrs in ((r, a) for r, _, a in graph.store.file_lines(row, TRACEBACK_LINES, after=False)):
         if not (attrs and orjson.loads(attrs).get("continues")):
             graph.load([record_id])
-            [head] = graph.rows([record_id])
+            head, = graph.rows([record_id])
             head["worker"], head["role"] = row["worker"], row["role"]
             return head
     return None
-

@@ -27,6 +27,7 @@ from . import line_attributes, record_contract
 from .ids import KEY_KINDS, PARENT_SPAN, SCOPED_KINDS, SERVING_ROLES, SPAN, TRACE_ID
 from .requests import group_records
 from .store import Store
+from .times import shown_order
 from .tokens import TOKEN
 
 _CHUNK = 2000  # values per query
@@ -35,10 +36,15 @@ _CHUNK = 2000  # values per query
 NOT_LOOKED_UP = (SPAN, PARENT_SPAN)
 
 
-# A record's columns as the view record_workers states them (its worker and role settled against
-# the rest of the store); the first eight are the walk's, the rest are read in the same query for
-# lookup to show, with the record contract's facts lookup shows: whether it states a failure, the
-# HTTP status it answered with and the phases of the request it measured.
+# What the walk reads of each record, from the view record_workers (its worker and role settled
+# against the rest of the store): its place in the id graph, and its place on a request's timeline
+# (times.shown_order), so that the records lookup shows are picked before any is read whole.
+_WALK_COLUMNS = ("record_id", "time_ns", "worker", "role", "entry", "trace_id", "span_id", "parent_span_id",
+                 "kind", "source", "offset", "seq", "origin_id")
+_SELECT_WALK = ", ".join(f'"{c}"' for c in _WALK_COLUMNS)
+# What lookup shows of a record, read only for the records it shows (IdGraph.rows): every column,
+# with the record contract's facts lookup shows: whether it states a failure, the HTTP status it
+# answered with and the phases of the request it measured.
 _STORED_COLUMNS = (
     "record_id", "time_ns", "worker", "role", "entry", "trace_id", "span_id", "parent_span_id",
     "steady_s", "source", "kind", "level", "name", "duration_ns", "status", "attrs", "origin_id", "offset", "seq",
@@ -47,25 +53,33 @@ _FACTS = ("failed", "error_text", "http_status", "disconnected", "request_ms", "
           "kv_transfer_ms", "ttft_ms", "e2e_ms", "prefill_ms", "decode_ms", "coordinator_ms", "role_by_name")
 RECORD_COLUMNS = (*_STORED_COLUMNS, *_FACTS)
 _SELECT_RECORDS = ", ".join(f'"{c}"' for c in _STORED_COLUMNS) + ", " + record_contract.columns(*_FACTS)
+# Records a walk reads whole as it goes (IdGraph.load), those of a few requests.
+WHOLE_RECORDS = 1000
 
 
-@dataclass
+@dataclass(slots=True)
 class Node:
+    """A walked record: its columns of _WALK_COLUMNS, its ids, and those of them that are keys."""
+
     record_id: int
     time_ns: int | None
-    worker: str | None
+    worker: str | None  # as the view record_workers settles it; within its request, see IdGraph.rows
     role: str | None
     entry: bool
     trace_id: str | None
     span_id: str | None
     parent_span_id: str | None
-    record: dict = field(default_factory=dict)  # every column of RECORD_COLUMNS
-    ids: list[tuple[str, str, str | None]] = field(default_factory=list)
+    kind: str
+    source: str
+    offset: int
+    seq: int
+    origin_id: int
+    ids: tuple[tuple[str, str, str | None], ...] = ()
+    keys: tuple[tuple[str, str, str | None], ...] = ()
 
-    def keys(self):
-        for kind, value, scope in self.ids:
-            if _is_key(kind, scope):
-                yield kind, value, scope
+    def __getitem__(self, column: str):
+        """A column by its name, as of a row (so times.shown_order places a node as it places a row)."""
+        return getattr(self, column)
 
 
 def _is_key(kind: str, scope: str | None) -> bool:
@@ -92,12 +106,16 @@ class IdGraph:
     def __init__(self, store: Store):
         self.store = store
         self.nodes: dict[int, Node] = {}
-        self._rows: dict[str, list[tuple[int, str, str | None]]] = {}  # value -> (record, kind, scope)
-        self._ids: dict[int, list[tuple[str, str, str | None]]] = {}  # record -> (kind, value, scope as stored)
+        # value -> (kind, scope) -> the records carrying it so
+        self._rows: dict[str, dict[tuple[str, str | None], list[int]]] = {}
+        self._ids: dict[int, tuple[tuple[str, str, str | None], ...]] = {}  # record -> (kind, value, scope) of each
+        self._copies: dict = {}  # see _kept
+        self._whole: dict[int, tuple] = {}  # record -> its columns of RECORD_COLUMNS, where `load` read them
         self._found: dict[tuple[str, ...], set[int]] = {}  # values -> the records their keys find
         self.warnings: list[str] = []
         self._origins: dict[int, tuple[str, bool, str | None]] = {}
         self._trace_members: dict[str, set[int]] = {}  # trace -> the records that join in it (_one_request_trace)
+        self._worker_in_request: dict[int, str | None] = {}  # record -> its worker as settled within its request
         # A scope (the worker an engine id belongs to) under the process's main name, so an engine
         # id named by a perf file (host:pid) and by the middleware (host:port) is one key.
         self._aliases = store.worker_aliases()
@@ -118,10 +136,10 @@ class IdGraph:
     # -- loading --------------------------------------------------------------------------------
 
     def rows_for(self, values) -> None:
-        """Fetch, once, every (record, kind, scope) carrying each value."""
+        """Fetch, once, every record carrying each value, by the kind and scope it carries it as."""
         missing = [v for v in set(values) if v not in self._rows]
         for v in missing:
-            self._rows[v] = []
+            self._rows[v] = {}
         for i in range(0, len(missing), _CHUNK):
             chunk = missing[i:i + _CHUNK]
             found = self.found(chunk)
@@ -131,7 +149,7 @@ class IdGraph:
             for record_id in sorted(found):
                 for kind, value, scope in self._ids[record_id]:
                     if value in wanted:
-                        self._rows[value].append((record_id, kind, self._aliases.get(scope, scope)))
+                        self._rows[value].setdefault((kind, scope), []).append(record_id)
 
     def found(self, values: list[str]) -> set[int]:
         """The records the index finds for these values by their keys, read once: a record so
@@ -142,32 +160,54 @@ class IdGraph:
         return self._found[key]
 
     def _read_ids(self, record_ids) -> None:
-        """Fetch, once, every id these records carry (their rows of record_ids, scope as stored)."""
-        missing = sorted(set(record_ids) - self._ids.keys())
-        for r in missing:
-            self._ids[r] = []
-        for i in range(0, len(missing), _CHUNK):
-            for record_id, kind, value, scope in self.store.ids_of(missing[i:i + _CHUNK]):
-                self._ids[record_id].append((kind, value, scope))
+        """Fetch, once, every id these records carry (their rows of record_ids), its scope under
+        the process's main name."""
+        read: dict[int, list] = {r: [] for r in set(record_ids) - self._ids.keys()}
+        for record_id, kind, value, scope in self.store.ids_of(list(read)):
+            read[record_id].append(self._kept((kind, value, self._aliases.get(scope, scope))))
+        for record_id, ids in read.items():
+            self._ids[record_id] = self._kept(tuple(ids))
+
+    def _kept(self, value):
+        """The one copy of this value the walk keeps: the records of one request repeat their ids,
+        and the texts of a few columns (their workers, roles, kinds, sources), as often as it has
+        records."""
+        return self._copies.setdefault(value, value)
 
     def load(self, record_ids) -> None:
-        """Fetch, once, the columns and ids of these records."""
+        """Fetch, once, the walk's columns and the ids of these records; and while the walk has
+        read few records (WHOLE_RECORDS), every column of them too, in the same query: most
+        requests are a few records, and one query for what the walk and `rows` read costs less
+        than two."""
         missing = [r for r in set(record_ids) if r not in self.nodes]
         self._read_ids(missing)
-        for i in range(0, len(missing), _CHUNK):
-            chunk = missing[i:i + _CHUNK]
-            for row in self.store.record_rows(_SELECT_RECORDS, chunk):
-                self.nodes[row[0]] = Node(*row[:8], record=dict(zip(RECORD_COLUMNS, row)),
-                                          ids=[(k, v, self._aliases.get(s, s)) for k, v, s in self._ids[row[0]]])
+        whole = len(self.nodes) + len(missing) <= WHOLE_RECORDS
+        kept = self._kept
+        for row in self.store.record_rows(_SELECT_WALK + (", " + _SELECT_RECORDS if whole else ""), missing):
+            record_id, time_ns, worker, role, entry, trace_id, span_id, parent_span_id, kind, source, *place = \
+                row[:len(_WALK_COLUMNS)]
+            ids = self._ids[record_id]
+            self.nodes[record_id] = Node(record_id, time_ns, kept(worker), kept(role), entry, trace_id, span_id,
+                                         parent_span_id, kept(kind), kept(source), *place, ids=ids,
+                                         keys=kept(tuple(i for i in ids if _is_key(i[0], i[2]))))
+            if whole:
+                self._whole[record_id] = row[len(_WALK_COLUMNS):]
 
     def rows(self, record_ids) -> list[dict]:
-        """Loaded records as rows to show: their columns, their attributes read (whole: those a
-        record keeps only some of are read from its line, line_attributes.py)."""
-        rows = [dict(self.nodes[r].record) for r in record_ids]
-        for row in rows:
+        """What lookup shows of these loaded records, read whole: each a row of RECORD_COLUMNS, its
+        attributes read, under its worker as settled within its request (`requests`); in the order
+        they were recorded (times.shown_order)."""
+        record_ids = list(record_ids)
+        read = [self._whole[r] for r in record_ids if r in self._whole]
+        read += self.store.record_rows(_SELECT_RECORDS, [r for r in record_ids if r not in self._whole])
+        rows = []
+        for values in read:
+            row = dict(zip(RECORD_COLUMNS, values))
+            row["worker"] = self._worker_in_request.get(row["record_id"], row["worker"])
             row["attrs"] = orjson.loads(row["attrs"]) if row["attrs"] else {}
+            rows.append(row)
         line_attributes.fill(self.store, rows)
-        return rows
+        return sorted(rows, key=shown_order)
 
     def carriers(self, values, kinds=None) -> list[tuple[int, str]]:
         """(record, kind) of every record carrying one of these values (as an id of `kinds`)."""
@@ -175,9 +215,14 @@ class IdGraph:
         return [
             (record_id, kind)
             for v in set(values)
-            for record_id, kind, _ in self._rows[v]
+            for (kind, _), records in self._rows[v].items()
             if (kinds is None and kind not in NOT_LOOKED_UP) or (kinds is not None and kind in kinds)
+            for record_id in records
         ]
+
+    def _carrying(self, value: str, kind: str) -> list[int]:
+        """The records carrying this value (read by rows_for) as an id of this kind, of any scope."""
+        return [r for (k, _), records in self._rows[value].items() if k == kind for r in records]
 
     # -- the walk -------------------------------------------------------------------------------
 
@@ -189,16 +234,16 @@ class IdGraph:
         a request's records would cost the square of their number."""
         out: set[int] = set()
         follow = partial(_first_time, followed)
-        for kind, value, scope in node.keys():
+        for kind, value, scope in node.keys:
             if follow(("key", kind, value, scope)):
-                out.update(r for r, k, s in self._rows[value] if k == kind and s == scope)
+                out.update(self._rows[value].get((kind, scope), ()))
         serving = node.role in SERVING_ROLES
         if node.trace_id and node.span_id and follow(("span", node.trace_id, node.span_id, serving)):
-            for r, kind, _ in self._rows[f"{node.trace_id}/{node.span_id}"]:
+            for (kind, _), records in self._rows[f"{node.trace_id}/{node.span_id}"].items():
                 if kind == SPAN or (kind == PARENT_SPAN and serving):
-                    out.add(r)
+                    out.update(records)
         if node.trace_id and node.parent_span_id and follow(("parent", node.trace_id, node.parent_span_id)):
-            parents = [r for r, kind, _ in self._rows[f"{node.trace_id}/{node.parent_span_id}"] if kind == SPAN]
+            parents = self._carrying(f"{node.trace_id}/{node.parent_span_id}", SPAN)
             self.load(parents)
             out.update(r for r in parents if self.nodes[r].role in SERVING_ROLES)
         if self._joins_in_trace(node) and follow(("trace", node.trace_id)):
@@ -207,14 +252,14 @@ class IdGraph:
 
     def _joins_in_trace(self, node: Node) -> bool:
         """Whether the node may join by its trace alone: an entry record, or a span with no key."""
-        return bool(node.trace_id) and (node.entry or (node.record["kind"] == "span" and not any(node.keys())))
+        return bool(node.trace_id) and (node.entry or (node.kind == "span" and not any(node.keys)))
 
     def _one_request_trace(self, trace_id: str) -> set[int]:
         """The entry records and the spans with no key of this trace, if one request started in
         it (its entry records are one span): they join; else none."""
         if trace_id not in self._trace_members:
-            in_trace = [r for r, kind, _ in self._rows[trace_id] if kind == TRACE_ID]
-            rows = self.store.record_rows("record_id, entry, kind, span_id", in_trace)
+            in_trace = self._carrying(trace_id, TRACE_ID)
+            rows = list(self.store.record_rows("record_id, entry, kind, span_id", in_trace))
             entries = {r for r, entry, _, _ in rows if entry}
             keyless = {r for r, entry, kind, _ in rows
                        if kind == "span" and not entry and not any(_is_key(k, s) for k, _, s in self._ids[r])}
@@ -231,7 +276,7 @@ class IdGraph:
             values = []
             for r in frontier:
                 n = self.nodes[r]
-                values += [v for _, v, _ in n.keys()]
+                values += [v for _, v, _ in n.keys]
                 if n.trace_id and n.span_id:
                     values.append(f"{n.trace_id}/{n.span_id}")
                 if n.trace_id and n.parent_span_id:
@@ -246,12 +291,10 @@ class IdGraph:
 
     def requests(self, seeds: list[int]) -> list[Request]:
         """The requests these records belong to, in order of their first record; each record's
-        worker as settled within its request (`Node.record["worker"]`)."""
+        worker as settled within its request (what `rows` shows)."""
         scope = self._closure(seeds)  # every record of it loaded by the walk
-        grouped = group_records(self.store, [self.nodes[r].record for r in sorted(scope)],
-                                [(r, *i) for r in sorted(scope) for i in self._ids[r]])
-        for r, worker in grouped.worker_of.items():
-            self.nodes[r].record["worker"] = worker
+        grouped = group_records(self.store, sorted(scope))
+        self._worker_in_request.update(grouped.renamed)
         members: dict[int, set[int]] = {}
         for r, q in grouped.request_of.items():
             members.setdefault(q, set()).add(r)
@@ -274,10 +317,10 @@ class IdGraph:
         """Lines that name one of a request's keys in their text, read by no source as an id (a
         `token` label, tokens.py), are shown with the request: what grep of its ids finds. They
         join nothing: a line that names two requests' ids is shown with each."""
-        keys = {q.request_id: {v for r in q.record_ids for _, v, _ in self.nodes[r].keys()} for q in requests}
+        keys = {q.request_id: {v for r in q.record_ids for _, v, _ in self.nodes[r].keys} for q in requests}
         self.rows_for(set().union(*keys.values()))  # the walk read most of them already
-        mentions = {q.request_id: {r for v in keys[q.request_id] for r, kind, _ in self._rows[v] if kind == TOKEN}
-                    - q.record_ids for q in requests}
+        mentions = {q.request_id: {r for v in keys[q.request_id] for r in self._carrying(v, TOKEN)} - q.record_ids
+                    for q in requests}
         shown: set[int] = set().union(*mentions.values())
         self.load(shown)
         for q in requests:
@@ -333,7 +376,7 @@ class IdGraph:
             if self.nodes[record_id].entry:
                 started.setdefault((kind, value, scope), set()).add(grouped.request_of[record_id])
         for (kind, value, scope), holders in started.items():
-            if any(r in shown for r, k, s in self._rows.get(value, ()) if k == kind and s == scope):
+            if any(r in shown for r in self._rows.get(value, {}).get((kind, scope), ())):
                 self.warn(f"collision: {kind} {value} is carried by {len(holders)} requests that started "
                            f"separately; they are listed apart, not merged")
 

@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
+import heapq
 import re
 from dataclasses import dataclass
 
 import orjson
 
-from . import error_lines, local_time
+from . import error_lines, local_time, record_contract
 from .record_contract import http_status_number
 from .graph import NOT_LOOKED_UP, IdGraph
 from .id_index import found_sql
@@ -19,7 +20,7 @@ from .ids import (
 )
 from .request_list import summaries
 from .requests import build_requests, requests_current, summarize_grouped, update_requests
-from .times import SECOND_NS, extent, failure_known_ns, known_to_ns, ns_to_iso, shown_order
+from .times import SECOND_NS, SHOWN_ORDER_SQL, extent, failure_known_ns, known_to_ns, ns_to_iso, shown_order
 from .store import Store
 from .tokens import TOKEN
 
@@ -196,11 +197,6 @@ def _guess_kind(query: str) -> str:
     return X_REQUEST_ID
 
 
-def _attrs(node) -> dict:
-    attrs = node.record.get("attrs")
-    return orjson.loads(attrs) if isinstance(attrs, (str, bytes)) else attrs or {}
-
-
 def _request_json(graph: IdGraph, request, shown: int) -> dict:
     """The request's ids, workers, outcome, phases and its first `shown` records."""
     nodes = [graph.nodes[r] for r in request.record_ids]
@@ -226,16 +222,19 @@ def _request_json(graph: IdGraph, request, shown: int) -> dict:
         ids[INTERNAL_ID] += [v for v in leg_names if v not in ids[INTERNAL_ID]]
     # A vLLM engine id is scoped to no process: it is shown on the process that ran it, the first
     # to name it other than a decode server naming its prefill's (`remote_request_id`).
+    remote = {row["record_id"]: row["attrs"].get("remote_request_id")
+              for row in graph.rows(n.record_id for carriers in owners.values() for n in carriers)}
     for value, carriers in owners.items():
-        own = [n for n in carriers if _attrs(n).get("remote_request_id") != value] or carriers
+        own = [n for n in carriers if remote[n.record_id] != value] or carriers
         engine.append({"worker": own[0].worker, "id": value})
     ids[ENGINE_REQUEST_ID] = engine
 
-    rows = _record_rows(graph, request.record_ids, shown)
-    _place_steady_times(rows)
-    rows = error_lines.whole_texts(graph, rows + error_lines.inferred_rows(graph, rows))
-    rows = _one_event_once(rows)
-    _place_coarse_times(rows)
+    first = _first_recorded(graph, request.record_ids, shown)
+    rows = _shown_rows(graph, first)
+    # How the request went (its outcome, first error and phases) is read from all of its records:
+    # past those shown, from the ones that state what that reads (_telling_records).
+    cut = len(request.record_ids) > shown
+    told = _shown_rows(graph, first + _telling_records(graph.store, request.record_ids - set(first))) if cut else rows
     origins = graph.origins({r["origin_id"] for r in rows} | {o["origin_id"] for r in rows for o in r["also"]})
     _warn_guessed_times(graph, rows, origins)
     records = []
@@ -287,7 +286,7 @@ def _request_json(graph: IdGraph, request, shown: int) -> dict:
         w["records"] += 1
     # The failure first known (failure_known_ns; a line known to its second, at the first moment it
     # can have been written); of two at once, the one that says why.
-    failed = min((row for row in rows if row["failed"]), default=None, key=lambda row: (
+    failed = min((row for row in told if row["failed"]), default=None, key=lambda row: (
         row["time_ns"] is None, row["time_ns"] is not None and (row["within"][0] if row.get("within")
                                                                 else failure_known_ns(row)),
         not row.get("exception")))
@@ -299,8 +298,8 @@ def _request_json(graph: IdGraph, request, shown: int) -> dict:
             failed["status"] and f"status={failed['status']}", failed["error_text"],
             failed.get("exception"), _exception(failed["attrs"])))))}
     return {"request_id": request.request_id, "ids": ids, "workers": list(workers.values()),
-            "outcome": _outcome(rows, first_error), "first_error": first_error, "phases": _phases(rows),
-            "records": records, "records_total": len(request.record_ids), "records_cut": len(request.record_ids) > shown}
+            "outcome": _outcome(told, first_error), "first_error": first_error, "phases": _phases(told),
+            "records": records, "records_total": len(request.record_ids), "records_cut": cut}
 
 
 _TRACEBACK = "Traceback (most recent call last):"
@@ -403,11 +402,42 @@ def _origin(origins: dict[int, tuple[str, bool, str | None]], row: dict) -> dict
     return origin
 
 
-def _record_rows(graph: IdGraph, record_ids, shown: int) -> list[dict]:
-    """The first `shown` records as rows to show, in the order they were recorded (the walk has
-    read them), each under its worker as settled within its request."""
-    first = sorted((graph.nodes[r].record for r in record_ids), key=shown_order)[:shown]
-    return graph.rows([record["record_id"] for record in first])
+def _first_recorded(graph: IdGraph, record_ids, shown: int) -> list[int]:
+    """The first `shown` of these records in the order they were recorded, by what the walk read
+    of them."""
+    return [n.record_id for n in heapq.nsmallest(shown, (graph.nodes[r] for r in record_ids), key=shown_order)]
+
+
+def _shown_rows(graph: IdGraph, record_ids: list[int]) -> list[dict]:
+    """These records as rows to show, each under its worker as settled within its request: read
+    whole, placed in time, a traceback's lines as one record with it, the error lines naming no
+    request that its failures place in it added, and each event once."""
+    rows = graph.rows(record_ids)
+    _place_steady_times(rows)
+    rows = error_lines.whole_texts(graph, rows + error_lines.inferred_rows(graph, rows))
+    rows = _one_event_once(rows)
+    _place_coarse_times(rows)
+    return rows
+
+
+# The records a request's heading reads past those shown: of each worker's, the first (in the order
+# they were recorded) that states each of these facts, and the one of the highest HTTP status. A
+# worker states each once a request, or the heading reads its first.
+_TELLING = ("failed", "disconnected", "entry", "entry AND duration_ns <> 0", *(f"{fact} IS NOT NULL" for fact in (
+    "request_ms", "router_queue_ms", "queue_ms", "kv_transfer_ms", "ttft_ms", "e2e_ms", "prefill_ms", "decode_ms",
+    "coordinator_ms")))
+_TELLING_COLUMNS = 'record_id, worker, entry, duration_ns, time_ns, source, "offset", seq, origin_id, ' + \
+    record_contract.columns("failed", "disconnected", "http_status", "request_ms", "router_queue_ms", "queue_ms",
+                            "kv_transfer_ms", "ttft_ms", "e2e_ms", "prefill_ms", "decode_ms", "coordinator_ms")
+_TELLING_FIRSTS = ", ".join([*(f"first(record_id ORDER BY {SHOWN_ORDER_SQL}) FILTER (WHERE {fact})" for fact in _TELLING),
+                             "first(record_id ORDER BY http_status DESC) FILTER (WHERE http_status IS NOT NULL)"])
+
+
+def _telling_records(store: Store, record_ids) -> list[int]:
+    """Of these records (a request's, past those shown), the ones its heading reads (_TELLING)."""
+    picked, params = store.picked(f"SELECT {_TELLING_COLUMNS} FROM record_workers WHERE {{}}", record_ids)
+    told = store.con.execute(f"SELECT DISTINCT unnest([{_TELLING_FIRSTS}]) FROM ({picked}) GROUP BY worker", params)
+    return [r for (r,) in told.fetchall() if r is not None]
 
 
 # A log line and its OTLP export are stamped apart by the time between the two writes: Dynamo's

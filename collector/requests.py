@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from . import record_contract
 from .duckdb_engine import duckdb, threads, transaction
 from .ids import INTERNAL_ID, JOINING_KINDS, KEY_KINDS, PREFILL_ROLES, SCOPED_KINDS, SERVING_ROLES
-from .store import Store
+from .store import Store, fetched
 
 
 def _sql_list(values) -> str:
@@ -328,7 +328,9 @@ class Grouped:
     """Records grouped into requests by the build's rules (group_records)."""
 
     request_of: dict[int, int]  # each record's request: the least record id in it
-    worker_of: dict[int, str | None]  # each record's worker as settled within its request
+    # each record's worker as settled within its request, where that is not the one the view
+    # record_workers states (a service's bare name, put under the one worker of its role named in full)
+    renamed: dict[int, str | None]
     # (record, kind, value, scope, joins) of each collided key a record carries; `joins`: it still
     # joins the record within its trace
     collided: list[tuple[int, str, str, str | None, bool]]
@@ -343,49 +345,46 @@ WHERE c.key IS NOT NULL AND {_KEY_FILTER}
 """
 
 
-# The columns of a record the build reads them from (record_workers), with their types, for a
-# lookup that passes records it has read (group_records).
-_READ_COLUMNS = {
-    "record_id": "BIGINT", "worker": "VARCHAR", "role": "VARCHAR", "time_ns": "BIGINT", "steady_s": "DOUBLE",
-    "entry": "BOOLEAN", "kind": "VARCHAR", "name": "VARCHAR", "level": "VARCHAR", "status": "VARCHAR",
-    "duration_ns": "BIGINT", "source": "VARCHAR", "trace_id": "VARCHAR", "span_id": "VARCHAR",
-    "parent_span_id": "VARCHAR", "attrs": "JSON",
-}
-_GIVEN_RECORDS = (f"CREATE OR REPLACE TEMP TABLE build_records AS SELECT {_RECORD_COLUMNS} FROM (SELECT "
-                  + ", ".join(f"unnest(${i}::{t}[]) AS {c}" for i, (c, t) in enumerate(_READ_COLUMNS.items(), 1)) + ")")
-
-
-def group_records(store: Store, records: list[dict], ids: list[tuple]) -> Grouped:
-    """The requests these records (rows of record_workers, read by the caller, with their rows of
-    record_ids as (record_id, kind, value, scope)) make by the rules
-    of the whole build, for records that hold every record sharing a joining id with one of them
+def group_records(store: Store, record_ids: list[int]) -> Grouped:
+    """The requests these records (read through `store.con` already) make by the rules of the
+    whole build, for records that hold every record sharing a joining id with one of them
     (lookup's walk, graph.py, finds such a set): the same edges as for the whole store, so a
     lookup shows the requests `requests` lists. The components of so few records are found here,
     not by propagating labels in SQL, whose rounds of statements would cost a lookup more than
     its walk."""
     con = store.con
     _drop_temp(con, _RESULTS)
-    con.execute(_GIVEN_RECORDS, [[r[c] for r in records] for c in _READ_COLUMNS])
-    record_ids = [r["record_id"] for r in records]
-    con.execute("CREATE OR REPLACE TEMP TABLE scope_ids AS SELECT unnest($1::BIGINT[]) AS record_id, "
-                "unnest($2::VARCHAR[]) AS kind, unnest($3::VARCHAR[]) AS value, unnest($4::VARCHAR[]) AS scope",
-                [list(column) for column in zip(*ids)] if ids else [[], [], [], []])
+    _copy_records(store, _GROUPED_COLUMNS, record_ids)
+    picked, params = store.picked("SELECT * FROM record_ids WHERE {}", record_ids)
+    con.execute(f"CREATE OR REPLACE TEMP TABLE scope_ids AS {picked}", params)
     con.execute("CREATE OR REPLACE TEMP VIEW build_ids AS SELECT * FROM scope_ids")
     con.execute(BUILD)
-    request_of = _components(record_ids, con.execute("SELECT a, b FROM edges").fetchall())
-    members = sorted(request_of.items())
+    request_of = _components(record_ids, fetched(con.execute("SELECT a, b FROM edges")))
     con.execute("CREATE OR REPLACE TEMP TABLE request_members AS "
                 "SELECT unnest(?::BIGINT[]) AS record_id, unnest(?::BIGINT[]) AS request_id",
-                [[r for r, _ in members], [q for _, q in members]])
+                [list(request_of), list(request_of.values())])
     con.execute(NAME_WORKERS)
-    worker_of = dict(con.execute("SELECT record_id, worker FROM request_workers").fetchall())
-    return Grouped(request_of, worker_of, con.execute(_COLLIDED_IDS).fetchall())
+    renamed = dict(fetched(con.execute("SELECT w.record_id, w.worker FROM request_workers w JOIN build_records r "
+                                       "USING (record_id) WHERE w.worker IS DISTINCT FROM r.worker")))
+    return Grouped(request_of, renamed, con.execute(_COLLIDED_IDS).fetchall())
 
 
 def summarize_grouped(store: Store) -> None:
     """Each request that group_records made, summarized as the build summarizes (temp
     request_summary, which request_list.summaries reads)."""
+    _copy_records(store, _RECORD_COLUMNS, [r for (r,) in store.con.execute("SELECT record_id FROM request_members").fetchall()])
     store.con.execute(f"CREATE OR REPLACE TEMP TABLE request_summary AS {SUMMARY}", {"low": 0, "high": 1 << 62})
+
+
+# What grouping reads of a record (BUILD, NAME_WORKERS, _COLLIDED_IDS): a lookup groups the records
+# it walked to, and summarizes them (from _RECORD_COLUMNS) only when they make several requests.
+_GROUPED_COLUMNS = "record_id, worker, role, entry, kind, trace_id, span_id, parent_span_id"
+
+
+def _copy_records(store: Store, columns: str, record_ids: list[int]) -> None:
+    """Temp table build_records: these columns (SQL over the view record_workers) of these records."""
+    picked, params = store.picked(f"SELECT {columns} FROM record_workers WHERE {{}}", record_ids)
+    store.con.execute(f"CREATE OR REPLACE TEMP TABLE build_records AS {picked}", params)
 
 
 def _components(record_ids, edges) -> dict[int, int]:
@@ -402,7 +401,9 @@ def _components(record_ids, edges) -> dict[int, int]:
         ra, rb = root(a), root(b)
         if ra != rb:
             parent[max(ra, rb)] = min(ra, rb)
-    return {r: root(r) for r in parent}
+    for r in parent:  # each to its root, in place: a request can hold very many records
+        parent[r] = root(r)
+    return parent
 
 
 def _drop_temp(con, names) -> None:

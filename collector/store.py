@@ -16,6 +16,8 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
+from itertools import chain
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -430,8 +432,9 @@ class Store:
     shared = False
 
     @staticmethod
-    def _picked(select: str, record_ids) -> str:
-        """`select`, its `{}` a condition on record_id, for these records (by_record_ids)."""
+    def picked(select: str, record_ids) -> tuple[str, list]:
+        """`select`, its `{}` a condition on record_id, for these records (by_record_ids); and the
+        parameters it takes."""
         return by_record_ids(select, record_ids)
 
     def worker_aliases(self) -> dict[str, str]:
@@ -447,15 +450,21 @@ class Store:
         perhaps a few carrying another value of the same hash (the caller checks the value)."""
         return {r for (r,) in self.con.execute(id_index.found_sql(len(values)), values).fetchall()}
 
-    def ids_of(self, record_ids) -> list[tuple[int, str, str, str | None]]:
-        """(record_id, kind, value, scope) of every id these records carry."""
-        return self.con.execute(self._picked("SELECT record_id, kind, value, scope FROM record_ids WHERE {}",
-                                             record_ids)).fetchall()
+    # ids_of and record_rows give their rows as they are fetched (`fetched`): the caller reads them
+    # all before its next query.
 
-    def record_rows(self, columns: str, record_ids) -> list[tuple]:
+    def ids_of(self, record_ids) -> Iterator[tuple[int, str, str, str | None]]:
+        """(record_id, kind, value, scope) of every id these records carry."""
+        return self._rows_of("SELECT record_id, kind, value, scope FROM record_ids WHERE {}", record_ids)
+
+    def record_rows(self, columns: str, record_ids) -> Iterator[tuple]:
         """`columns` (SQL over the view record_workers: each record with its worker and role
         settled, and the record contract's facts) of these records."""
-        return self.con.execute(self._picked(f"SELECT {columns} FROM record_workers WHERE {{}}", record_ids)).fetchall()
+        return self._rows_of(f"SELECT {columns} FROM record_workers WHERE {{}}", record_ids)
+
+    def _rows_of(self, select: str, record_ids: list[int]) -> Iterator[tuple]:
+        """The rows of `select` (picked) for these records, as they are fetched; for none, no query."""
+        return fetched(self.con.execute(*self.picked(select, record_ids))) if record_ids else iter(())
 
     def readable_between(self, low_ns: int, high_ns: int) -> None:
         """Make the records timed from low_ns to high_ns readable through `con` (error_lines.py
@@ -669,27 +678,46 @@ class Store:
 # highest. Past MANY_RANGES branches, one IN list is cheaper again.
 _NEAR = 4096
 _MANY_RANGES = 64
+# Up to this many ids are written into the query; more are passed as a list: DuckDB parses a long
+# IN list of numbers slowly, and plans a short one faster than a list.
+_WRITTEN_IDS = 2000
 
 
-def by_record_ids(select: str, record_ids) -> str:
+def by_record_ids(select: str, record_ids) -> tuple[str, list]:
     """`select` (its `{}` a condition on record_id) for these records only, read by the ranges
-    they lie in rather than by a scan of the table."""
+    they lie in rather than by a scan of the table; and the parameters it takes."""
     record_ids = sorted(set(record_ids))
     if not record_ids:
-        return select.replace("{}", "false")
+        return select.replace("{}", "false"), []
     ranges: list[list[int]] = []
     for r in record_ids:
         if ranges and r - ranges[-1][-1] <= _NEAR:
             ranges[-1].append(r)
         else:
             ranges.append([r])
-    if len(ranges) > _MANY_RANGES:
-        return select.replace("{}", f"record_id IN ({','.join(map(str, record_ids))})")
-    def branch(ids: list[int]) -> str:
-        listed = ",".join(map(str, ids))
-        return "(" + select.replace("{}", f"record_id BETWEEN {ids[0]} AND {ids[-1]} AND record_id IN ({listed})") + ")"
+    written = len(record_ids) <= _WRITTEN_IDS
+    params = []
 
-    return " UNION ALL ".join(map(branch, ranges))
+    def among(ids: list[int]) -> str:
+        if written:
+            return f"record_id IN ({','.join(map(str, ids))})"
+        params.append(ids)
+        return "record_id IN (SELECT unnest(?::BIGINT[]))"
+
+    if len(ranges) > _MANY_RANGES:
+        return select.replace("{}", among(record_ids)), params
+    branches = ["(" + select.replace("{}", f"record_id BETWEEN {ids[0]} AND {ids[-1]} AND {among(ids)}") + ")"
+                for ids in ranges]
+    return " UNION ALL ".join(branches), params
+
+
+_FETCHED_ROWS = 10_000
+
+
+def fetched(result) -> Iterator[tuple]:
+    """The rows of a query's result, fetched a batch at a time: a request's ids fetched at once
+    would be held twice while the caller reads them."""
+    return chain.from_iterable(iter(partial(result.fetchmany, _FETCHED_ROWS), []))
 
 
 # How long a received body's digest is kept to recognize a client's retry.

@@ -104,3 +104,6 @@ def shown_order(row: dict) -> tuple:
     what it is and where it was read, not by the numbers a store gave it, so that every store shows
     one request alike; the records of one file stay in the file's order."""
     return (row["time_ns"] is None, row["time_ns"] or 0, row["source"], row["offset"], row["seq"], row["origin_id"])
+
+
+SHOWN_ORDER_SQL = 'time_ns NULLS LAST, source, "offset", seq, origin_id'  # shown_order, in SQL
