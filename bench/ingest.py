@@ -140,7 +140,7 @@ def real_dynamo_run(cfg: Config, lines: int) -> list[Row]:
 
 # -- a mixed corpus ----------------------------------------------------------------------------
 
-TARGET_MIXED_RATIO = 0.33
+TARGET_MIXED_RATIO = 0.4
 # The formats of the mixed corpus beside Dynamo's, as `trace-join demo` writes them (its simulated
 # TensorRT-LLM deployment, in TensorRT-LLM's own formats): its folder, and how DuckDB reads it.
 MIXED_FORMATS = {"perf_metrics": "json", "otlp": "json", "logs": "text"}
