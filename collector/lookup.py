@@ -232,9 +232,11 @@ def _request_json(graph: IdGraph, request, shown: int) -> dict:
     first = _first_recorded(graph, request.record_ids, shown)
     rows = _shown_rows(graph, first)
     # How the request went (its outcome, first error and phases) is read from all of its records:
-    # past those shown, from the ones that state what that reads (_telling_records).
+    # past those shown, from the ones that state what that reads (_telling_records), which all
+    # come after the shown ones in the order they were recorded.
     cut = len(request.record_ids) > shown
-    told = _shown_rows(graph, first + _telling_records(graph.store, request.record_ids - set(first))) if cut else rows
+    telling = _telling_records(graph.store, request.record_ids - set(first)) if cut else []
+    told = rows + _shown_rows(graph, telling) if telling else rows
     origins = graph.origins({r["origin_id"] for r in rows} | {o["origin_id"] for r in rows for o in r["also"]})
     _warn_guessed_times(graph, rows, origins)
     records = []
