@@ -65,11 +65,15 @@ def collect(config: CollectConfig, say: Callable[[str], None], report: Callable[
     problems met while running (a file that cannot be read, an endpoint that does not answer)."""
     store = open_store(config.db)  # StoreError when another process holds it
     stop = threading.Event()
-    # The handler only writes a byte to a pipe the main thread reads: a handler runs in the main
-    # thread between two bytecodes, and one that set the Event could find the Event's lock held by
-    # that same thread, inside a wait, and wait for it forever.
+    # The main thread waits on a pipe that the signal itself writes to (Python's wakeup fd, written
+    # by the C-level handler in whichever thread the kernel gave the signal: often one of DuckDB's
+    # or gRPC's, and then a main thread blocked in a read would never run a Python handler). The
+    # Python handler does nothing: one that set the Event could find the Event's lock held by the
+    # main thread, inside a wait, and wait for it forever.
     woken, wake = os.pipe()
-    handlers = {signum: signal.signal(signum, lambda *_: os.write(wake, b".")) for signum in STOP_SIGNALS}
+    os.set_blocking(wake, False)
+    handlers = {signum: signal.signal(signum, lambda *_: None) for signum in STOP_SIGNALS}
+    wakeup_before = signal.set_wakeup_fd(wake)
     writer = Writer(store, report)
     writer.start()
     # Readers get cursors (connections of their own) from a connection the writer never uses.
@@ -134,6 +138,7 @@ def collect(config: CollectConfig, say: Callable[[str], None], report: Callable[
             queries.stop()
         readers.close()
         store.close()
+        signal.set_wakeup_fd(wakeup_before)
         for signum, handler in handlers.items():
             signal.signal(signum, handler)
         os.close(woken)
