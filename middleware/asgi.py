@@ -140,9 +140,8 @@ class Exchange:
     """One request and its response, as they pass through the middleware."""
 
     __slots__ = (
-        "middleware", "outputs", "scope", "receive", "send", "headers", "started_at", "first_byte_at", "status",
-        "bytes_sent", "reply", "response_complete", "disconnected", "held_responses_id", "span",
-        "request",
+        "middleware", "outputs", "scope", "receive", "send", "headers", "started_at", "started_ns", "first_byte_at",
+        "status", "bytes_sent", "reply", "response_complete", "disconnected", "held_responses_id", "span", "request",
     )
 
     def __init__(self, middleware: TraceJoinMiddleware, scope: Message, receive: Any, send: Any) -> None:
@@ -151,7 +150,8 @@ class Exchange:
         self.scope, self.receive, self.send = scope, receive, send
         self.headers = _read_headers(scope.get("headers", ()))
 
-        self.started_at = time.perf_counter()
+        # The request's one start: its span and its request.end line state the same interval.
+        self.started_at, self.started_ns = time.perf_counter(), time.time_ns()
         self.first_byte_at: float | None = None
         self.status: int | None = None
         self.bytes_sent = 0
@@ -169,7 +169,7 @@ class Exchange:
         if x_request_id is not None:
             attributes["http.request.header.x-request-id"] = [x_request_id]  # semconv: a string array
         parent, caller_span = incoming_trace_context(self.headers)
-        self.span = self.outputs.spans.start(f"{method} {path}", parent, caller_span, attributes)
+        self.span = self.outputs.spans.start(f"{method} {path}", parent, caller_span, attributes, self.started_ns)
         span_context = self.span.get_span_context()
         self.request = ServedRequest(
             internal_id=internal_id,
@@ -300,6 +300,7 @@ class Exchange:
 
     def _end(self) -> None:
         now = time.perf_counter()
+        ended_ns = self.started_ns + round((now - self.started_at) * 1e9)
         status = self.status or (CLIENT_CLOSED_REQUEST if self.disconnected else 500)
         streaming = self.reply is not None and self.reply.streaming
         span = self.span
@@ -316,6 +317,7 @@ class Exchange:
         log_method = self.request.error if status >= 500 else self.request.info
         log_method(
             "request.end",
+            at_ns=ended_ns,
             status=status,
             duration_ms=_ms(now - self.started_at),
             ttfb_ms=_ms(self.first_byte_at - self.started_at) if self.first_byte_at is not None else None,
@@ -323,7 +325,7 @@ class Exchange:
             streaming=streaming,
             disconnected=self.disconnected,
         )
-        span.end()
+        span.end(end_time=ended_ns)
 
     # -- the wire ----------------------------------------------------------------------------------
 

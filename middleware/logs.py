@@ -68,10 +68,11 @@ def add_timestamp(logger: Any, method_name: str, event_dict: EventDict) -> Event
 _second_formatted: tuple[int, str] = (-1, "")
 
 
-def utc_timestamp() -> str:
-    """Now as `2026-11-30T10:40:30.123456Z`: always six digits of microseconds."""
+def utc_timestamp(at_ns: int | None = None) -> str:
+    """Now (or the instant `at_ns`, ns since the epoch) as `2026-11-30T10:40:30.123456Z`: always six
+    digits of microseconds."""
     global _second_formatted
-    second, nanoseconds = divmod(time.time_ns(), 1_000_000_000)
+    second, nanoseconds = divmod(time.time_ns() if at_ns is None else at_ns, 1_000_000_000)
     cached_second, formatted = _second_formatted
     if second != cached_second:
         formatted = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second))
@@ -135,9 +136,10 @@ class RecordLog:
         self.process_identity = AddProcessIdentity(service, role, worker).identity
         self.writer = writer
 
-    def write(self, level: str, event: str, ids: dict[str, str], fields: EventDict) -> None:
+    def write(self, level: str, event: str, ids: dict[str, str], fields: EventDict, at_ns: int | None = None) -> None:
+        """`at_ns` is when what the record states happened, if not when it is written."""
         record = {
-            "schema": SCHEMA, "ts": utc_timestamp(), "level": level, "event": event,
+            "schema": SCHEMA, "ts": utc_timestamp(at_ns), "level": level, "event": event,
             **self.process_identity, **ids, **fields,
         }
         self.writer.write_line(_render(record))

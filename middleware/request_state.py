@@ -62,15 +62,16 @@ class ServedRequest:
             self._ids = {key: value for key in REQUEST_IDS if (value := getattr(self, key)) is not None}
         return self._ids
 
-    # The middleware's records of this request, carrying its ids.
-    def info(self, event: str, **fields: object) -> None:
-        self.log.write("info", event, self.ids(), fields)
+    # The middleware's records of this request, carrying its ids; `at_ns` dates a record by when what
+    # it states happened rather than by when it is written.
+    def info(self, event: str, *, at_ns: int | None = None, **fields: object) -> None:
+        self.log.write("info", event, self.ids(), fields, at_ns)
 
-    def warning(self, event: str, **fields: object) -> None:
-        self.log.write("warning", event, self.ids(), fields)
+    def warning(self, event: str, *, at_ns: int | None = None, **fields: object) -> None:
+        self.log.write("warning", event, self.ids(), fields, at_ns)
 
-    def error(self, event: str, **fields: object) -> None:
-        self.log.write("error", event, self.ids(), fields)
+    def error(self, event: str, *, at_ns: int | None = None, **fields: object) -> None:
+        self.log.write("error", event, self.ids(), fields, at_ns)
 
 
 _served_request: ContextVar[ServedRequest | None] = ContextVar("tracejoin_served_request", default=None)

@@ -55,10 +55,13 @@ class ServerSpans:
         self.recorded = bool(processors)
         self.follows_caller = follows_caller(self.tracer.sampler)
 
-    def start(self, name: str, parent: Context, caller: SpanContext, attributes: dict[str, Any]) -> Span:
-        """The request's span, a child of `parent` (incoming_trace_context gave it and `caller`)."""
+    def start(self, name: str, parent: Context, caller: SpanContext, attributes: dict[str, Any],
+              start_ns: int) -> Span:
+        """The request's span, a child of `parent` (incoming_trace_context gave it and `caller`),
+        begun at `start_ns` (ns since the epoch)."""
         if self.recorded:
-            return self.tracer.start_span(name, context=parent, kind=SpanKind.SERVER, attributes=attributes)
+            return self.tracer.start_span(name, context=parent, kind=SpanKind.SERVER, attributes=attributes,
+                                          start_time=start_ns)
         return self._unrecorded(name, parent, caller, attributes)
 
     def _unrecorded(self, name: str, parent: Context, caller: SpanContext, attributes: dict[str, Any]) -> Span:

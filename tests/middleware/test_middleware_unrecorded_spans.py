@@ -8,6 +8,8 @@ trace, sampled flag, W3C random flag and trace state, for every sampler OTEL_TRA
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -39,7 +41,7 @@ SAMPLERS = {  # OTEL_TRACES_SAMPLER (and its argument)
 
 def _span_context(spans: ServerSpans, headers: dict[bytes, bytes]) -> SpanContext:
     parent, caller = incoming_trace_context(headers)
-    return spans.start("POST /v1/chat/completions", parent, caller, attributes={}).get_span_context()
+    return spans.start("POST /v1/chat/completions", parent, caller, {}, time.time_ns()).get_span_context()
 
 
 @pytest.mark.parametrize("sampler", SAMPLERS)
