@@ -132,11 +132,23 @@ def lines_at(con, places: list[tuple[int, int]]) -> dict[tuple[int, int], str]:
     wanted = sorted(set(places))
     if not wanted:
         return {}
-    return lines_of_blocks(con.execute(
-        'SELECT w.origin_id, w."offset", b."offset", b.bytes FROM (SELECT unnest($o::BIGINT[]) AS origin_id, '
-        'unnest($p::BIGINT[]) AS "offset") w ASOF JOIN line_blocks b '
+    # Each place's block is found among the blocks' places alone, then each of those blocks is read
+    # by its own place: a join that carried the bytes would read every block of the store (hundreds
+    # of MB, past DuckDB's memory budget, so from disk on each lookup).
+    holding = con.execute(
+        'SELECT w.origin_id, w."offset", b."offset" FROM (SELECT unnest($o::BIGINT[]) AS origin_id, '
+        'unnest($p::BIGINT[]) AS "offset") w ASOF JOIN (SELECT origin_id, "offset", length FROM line_blocks) b '
         'ON b.origin_id = w.origin_id AND w."offset" >= b."offset" WHERE w."offset" < b."offset" + b.length',
-        {"o": [o for o, _ in wanted], "p": [p for _, p in wanted]}).fetchall())
+        {"o": [o for o, _ in wanted], "p": [p for _, p in wanted]}).fetchall()
+    blocks = sorted({(origin_id, block) for origin_id, _, block in holding})
+    if not blocks:
+        return {}
+    read = con.execute(" UNION ALL ".join(
+        'SELECT origin_id, "offset", bytes FROM line_blocks WHERE origin_id = ? AND "offset" = ?' for _ in blocks),
+        [n for block in blocks for n in block]).fetchall()
+    bytes_of = {(origin_id, offset): data for origin_id, offset, data in read}
+    return lines_of_blocks((origin_id, offset, block, bytes_of[(origin_id, block)])
+                           for origin_id, offset, block in holding)
 
 
 def lines_of_blocks(rows) -> dict[tuple[int, int], str]:
