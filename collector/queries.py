@@ -16,8 +16,8 @@ from typing import Any, Callable
 import orjson
 
 from .lookup import DEFAULT_LIMIT, RECORDS_SHOWN, Window, carried_by_many, lookup
-from .records import INT64_MAX, INT64_MIN
 from .store import Store, StoreError
+from .times import INT64_MAX, INT64_MIN
 
 
 def _lookup(store: Store, p: dict) -> dict:

@@ -14,12 +14,10 @@ import orjson
 import pyarrow as pa
 
 from .ids import PARENT_SPAN, SPAN, derived
+from .times import INT64_MAX, INT64_MIN
 
 if TYPE_CHECKING:
     from .store import Origin
-
-# The store's integer columns are 64-bit: a time in ns holds 1677-09-21 to 2262-04-11.
-INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 
 
 # What a line or a field writes where a request has no id: never an id, so never one request of

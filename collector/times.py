@@ -11,6 +11,10 @@ class BadTime(ValueError):
     pass
 
 
+# The store's integer columns are 64-bit: a time in ns holds 1677-09-21 to 2262-04-11.
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
 _ISO_FRACTION = re.compile(r"\.(\d+)")
 
 
