@@ -25,7 +25,7 @@ import orjson
 
 from . import line_attributes, record_contract
 from .ids import KEY_KINDS, PARENT_SPAN, SCOPED_KINDS, SERVING_ROLES, SPAN, TRACE_ID
-from .requests import group_records
+from .requests import GROUPED_COLUMNS, group_records
 from .store import Store
 from .times import shown_order
 from .tokens import TOKEN
@@ -293,7 +293,7 @@ class IdGraph:
         """The requests these records belong to, in order of their first record; each record's
         worker as settled within its request (what `rows` shows)."""
         scope = self._closure(seeds)  # every record of it loaded by the walk
-        grouped = group_records(self.store, sorted(scope))
+        grouped = group_records(self.store, [tuple(getattr(self.nodes[r], c) for c in GROUPED_COLUMNS) for r in sorted(scope)])
         self._worker_in_request.update(grouped.renamed)
         members: dict[int, set[int]] = {}
         for r, q in grouped.request_of.items():
