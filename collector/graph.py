@@ -293,7 +293,8 @@ class IdGraph:
         """The requests these records belong to, in order of their first record; each record's
         worker as settled within its request (what `rows` shows)."""
         scope = self._closure(seeds)  # every record of it loaded by the walk
-        grouped = group_records(self.store, [tuple(getattr(self.nodes[r], c) for c in GROUPED_COLUMNS) for r in sorted(scope)])
+        grouped = group_records(self.store, sorted(scope),
+                                lambda r: tuple(getattr(self.nodes[r], column) for column in GROUPED_COLUMNS))
         self._worker_in_request.update(grouped.renamed)
         members: dict[int, set[int]] = {}
         for r, q in grouped.request_of.items():

@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
+from typing import Callable
 
 from . import record_contract
 from .duckdb_engine import duckdb, threads, transaction
@@ -345,20 +346,22 @@ WHERE c.key IS NOT NULL AND {_KEY_FILTER}
 """
 
 
-def group_records(store: Store, records: list[tuple]) -> Grouped:
+def group_records(store: Store, record_ids: list[int], walked: Callable[[int], tuple]) -> Grouped:
     """The requests these records make by the rules of the whole build, for records that hold
     every record sharing a joining id with one of them (lookup's walk, graph.py, finds such a set):
-    the same edges as for the whole store, so a lookup shows the requests `requests` lists. Each
-    record is given as its columns of GROUPED_COLUMNS, as the view record_workers has them (the
-    walk read them already). The components of so few records are found here, not by propagating
-    labels in SQL, whose rounds of statements would cost a lookup more than its walk."""
+    the same edges as for the whole store, so a lookup shows the requests `requests` lists.
+    `walked(record_id)`: the record's columns of GROUPED_COLUMNS as the view record_workers has them
+    (the walk read them already). The components of so few records are found here, not by
+    propagating labels in SQL, whose rounds of statements would cost a lookup more than its walk."""
     con = store.con
     _drop_temp(con, _RESULTS)
-    columns = list(zip(*records)) or [[] for _ in GROUPED_COLUMNS]
-    con.execute("CREATE OR REPLACE TEMP TABLE build_records AS SELECT "
-                + ", ".join(f"unnest(${n + 1}::{sql_type}[]) AS {name}"
-                            for n, (name, sql_type) in enumerate(GROUPED_COLUMNS.items())), [list(c) for c in columns])
-    record_ids = [record[0] for record in records]
+    if len(record_ids) <= _PASSED_RECORDS:
+        columns = list(zip(*map(walked, record_ids))) or [() for _ in GROUPED_COLUMNS]
+        con.execute("CREATE OR REPLACE TEMP TABLE build_records AS SELECT " + ", ".join(
+            f"unnest(${n + 1}::{sql_type}[]) AS {name}" for n, (name, sql_type) in enumerate(GROUPED_COLUMNS.items())),
+            [list(column) for column in columns])
+    else:
+        _copy_records(store, ", ".join(GROUPED_COLUMNS), record_ids)
     picked, params = store.picked("SELECT * FROM record_ids WHERE {}", record_ids)
     con.execute(f"CREATE OR REPLACE TEMP TABLE scope_ids AS {picked}", params)
     con.execute("CREATE OR REPLACE TEMP VIEW build_ids AS SELECT * FROM scope_ids")
@@ -382,9 +385,11 @@ def summarize_grouped(store: Store) -> None:
 
 # What grouping reads of a record (BUILD, NAME_WORKERS, _COLLIDED_IDS), with its type: a lookup groups
 # the records it walked to, and summarizes them (from _RECORD_COLUMNS) only when they make several
-# requests.
+# requests. Up to _PASSED_RECORDS of them it passes the columns the walk read; past that, passing
+# them (DuckDB makes a value of each element) costs more than reading them again.
 GROUPED_COLUMNS = {"record_id": "BIGINT", "worker": "VARCHAR", "role": "VARCHAR", "entry": "BOOLEAN", "kind": "VARCHAR",
                    "trace_id": "VARCHAR", "span_id": "VARCHAR", "parent_span_id": "VARCHAR"}
+_PASSED_RECORDS = 4000
 
 
 def _copy_records(store: Store, columns: str, record_ids: list[int]) -> None:
