@@ -33,7 +33,7 @@ import re
 import socket
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -527,6 +527,10 @@ class ClickHouseStore(Store):
 
     def settle_workers(self) -> None:
         """Nothing to do here: with many writers, each reader settles the names (_read_naming)."""
+
+    def ids_merged_at_end(self):
+        """ClickHouse keeps its ids in a table of its own, which it merges on its own schedule."""
+        return nullcontext()
 
     # -- reads: what a lookup walks, brought into `con` ------------------------------------------
 

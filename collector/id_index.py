@@ -10,7 +10,8 @@ log-structured merge tree keeps them:
 - when the tail holds BASE_ROWS ids, they become a table `id_run_<n>` sorted by key. DuckDB keeps
   the min and max of every row group, so looking a value up reads one row group of each run;
 - runs of about the same size are merged FANIN at a time, so N ids make O(log N) runs and each id
-  is rewritten O(log N) times.
+  is rewritten O(log N) times; an ingest, which no one reads while it writes, merges the runs it
+  made once, at its end (merge_since), so that each of its ids is rewritten once.
 
 The runs hold the hash and the record, not the value: a lookup reads the few records a key names
 from `record_ids` (stored in record order, so by their row groups' zone maps) and keeps those whose
@@ -119,10 +120,10 @@ def add(con: duckdb.DuckDBPyConnection, ids: str) -> None:
     con.execute(f"INSERT INTO id_tail SELECT {_RUN_COLUMNS} FROM {ids}")
 
 
-def compact(con: duckdb.DuckDBPyConnection) -> None:
+def compact(con: duckdb.DuckDBPyConnection, merge: bool = True) -> None:
     """Sort a full tail into a run, and merge runs while some tier holds FANIN of them, each step in
     a transaction of its own (a merge can take seconds; the batches that called for it are committed
-    already, and a crash here loses nothing)."""
+    already, and a crash here loses nothing). `merge=False` leaves the runs to merge_since."""
     tail = con.execute("SELECT count(*) FROM id_tail").fetchone()[0]
     if tail >= BASE_ROWS:
         with transaction(con):
@@ -130,16 +131,40 @@ def compact(con: duckdb.DuckDBPyConnection) -> None:
             con.execute("DROP TABLE id_tail")
             con.execute(SCHEMA)
             _define_view(con)
+    if merge:
+        _merge_tiers(con)
+
+
+def last_run(con: duckdb.DuckDBPyConnection) -> int:
+    return con.execute("SELECT coalesce(max(run), 0) FROM id_runs").fetchone()[0]
+
+
+def merge_since(con: duckdb.DuckDBPyConnection, run: int) -> None:
+    """Merge the runs made after `run` (last_run's) into one, then as compact does. A long ingest
+    makes a run a batch and merges them once at its end: merged FANIN at a time as they came, each
+    id would be rewritten once a tier."""
+    runs = [r for (r,) in con.execute("SELECT run FROM id_runs WHERE run > ? ORDER BY run", [run]).fetchall()]
+    if len(runs) > 1:
+        _merge(con, runs)
+    _merge_tiers(con)
+
+
+def _merge_tiers(con: duckdb.DuckDBPyConnection) -> None:
     while tier_runs := _full_tier(con):
-        with transaction(con):
-            union = " UNION ALL ".join(f"SELECT * FROM id_run_{r}" for r in tier_runs)
-            listed = ",".join(map(str, tier_runs))
-            rows = con.execute(f'SELECT sum("rows") FROM id_runs WHERE run IN ({listed})').fetchone()[0]
-            _new_run(con, f"({union})", rows)
-            for r in tier_runs:
-                con.execute(f"DROP TABLE id_run_{r}")
-            con.execute(f"DELETE FROM id_runs WHERE run IN ({listed})")
-            _define_view(con)
+        _merge(con, tier_runs)
+
+
+def _merge(con: duckdb.DuckDBPyConnection, runs: list[int]) -> None:
+    """These runs as one, in a transaction."""
+    with transaction(con):
+        union = " UNION ALL ".join(f"SELECT * FROM id_run_{r}" for r in runs)
+        listed = ",".join(map(str, runs))
+        rows = con.execute(f'SELECT sum("rows") FROM id_runs WHERE run IN ({listed})').fetchone()[0]
+        _new_run(con, f"({union})", rows)
+        for r in runs:
+            con.execute(f"DROP TABLE id_run_{r}")
+        con.execute(f"DELETE FROM id_runs WHERE run IN ({listed})")
+        _define_view(con)
 
 
 def index_existing(con: duckdb.DuckDBPyConnection, first_record_id: int = 0) -> None:

@@ -219,7 +219,7 @@ class Ingester:
         OutOfMemory when DuckDB's memory budget runs out: what was committed until then stays, with
         each file's position, and the same call goes on from there."""
         result = IngestResult(errors=list(problems))
-        with store_errors_named(self.store.path):
+        with store_errors_named(self.store.path), self.store.ids_merged_at_end():
             for path, named in files:
                 try:
                     self._read_file(path, result, named=named)

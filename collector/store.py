@@ -339,9 +339,23 @@ class Store:
         self._origins: dict[tuple[int, str], list[Origin]] | None = None
         self._head_lengths: set[int] = set()
         self._next_origin_id = 0
+        self._merging_ids = True  # see ids_merged_at_end
 
     def close(self) -> None:
         self.con.close()
+
+    @contextmanager
+    def ids_merged_at_end(self) -> Iterator[None]:
+        """A long run of writes (ingest) during which the id index's runs are not merged, then
+        merged once (id_index.merge_since). Left unmerged when the block fails: a lookup reads them
+        as they are, and the next writes merge them."""
+        since = id_index.last_run(self.con)
+        self._merging_ids = False
+        try:
+            yield
+        finally:
+            self._merging_ids = True
+        id_index.merge_since(self.con, since)
 
     @property
     def where(self) -> str:
@@ -668,7 +682,7 @@ class Store:
             self._origins = None  # nor the positions its origins were moved to
             raise
         del records, ids, bulk
-        id_index.compact(con)
+        id_index.compact(con, merge=self._merging_ids)
         return quarantined
 
 
