@@ -63,12 +63,12 @@ class ServedRequest:
         return self._ids
 
     # The middleware's records of this request, carrying its ids; `at_ns` dates a record by when what
-    # it states happened rather than by when it is written.
+    # it states happened rather than by when it is written (request.end, by the request's end).
     def info(self, event: str, *, at_ns: int | None = None, **fields: object) -> None:
         self.log.write("info", event, self.ids(), fields, at_ns)
 
-    def warning(self, event: str, *, at_ns: int | None = None, **fields: object) -> None:
-        self.log.write("warning", event, self.ids(), fields, at_ns)
+    def warning(self, event: str, **fields: object) -> None:
+        self.log.write("warning", event, self.ids(), fields)
 
     def error(self, event: str, *, at_ns: int | None = None, **fields: object) -> None:
         self.log.write("error", event, self.ids(), fields, at_ns)
