@@ -1,12 +1,21 @@
-"""`python -m bench.json_parsers`: what reading a Dynamo JSON line costs each parser there is, in
-CPU microseconds a line, over the ingest benchmark's corpus (200k lines by default).
+"""`python -m bench.json_parsers`: what reading a Dynamo JSON line costs each way there is to read it,
+over lines a real Dynamo run wrote (bench/real_dynamo.py, one file per worker; `--corpus demo` for
+the lines `trace-join demo` writes): CPU microseconds a line, and wall seconds.
 
-Ingest needs two things of a line: the fields it lifts into columns, and the rest of the line as
-its attributes' JSON text, written as orjson writes it (what the per-line parser stores). The
-figures say which parser could make both within the per-line budget the ingest target leaves
-(docs/performance.md): DuckDB's `read_json` (the baseline, whole lines into a table), the Dynamo
-source's own stage select (DuckDB's JSON functions), orjson through Python (both outputs), and
-pyarrow's and msgspec's readers, which are fast but give only the lifted fields.
+Ingest needs of a line the fields it lifts into columns and ids and the attributes the record
+contract reads (record_contract.ATTRIBUTES); the rest of the line is kept as written (line_blocks.py)
+and read again when shown. The ways measured:
+
+- DuckDB's `read_json` of whole lines into a table (the ingest benchmark's baseline);
+- the Dynamo source's stage select (dynamo_jsonl.BULK: DuckDB's JSON functions, and the checks
+  that DuckDB reads each line as orjson does), on DuckDB's threads;
+- the per-line parser (dynamo_jsonl.LineParser), which reads the lines the select leaves;
+- msgspec decoding each file into one Struct of exactly those fields (`_Lifted` below): one
+  declaration of what a line gives, which a bulk reader and a per-line reader could both read;
+- the same, then the record's own rule over each decoded line into Arrow columns (its time, trace
+  and span ids, name, entry flag, duration, status: `_columns`), on the main thread;
+- that last one while DuckDB runs the stage select on its own threads, as it would while ingest
+  writes the stage before: whether the Python reading hides behind DuckDB's work (wall seconds).
 """
 
 from __future__ import annotations
@@ -14,21 +23,22 @@ from __future__ import annotations
 import argparse
 import resource
 import tempfile
+import threading
+import time
 from pathlib import Path
+from typing import Any
 
-import orjson
 import pyarrow as pa
-import pyarrow.json as pa_json
 
+from tracejoin.collector import record_contract
 from tracejoin.collector.duckdb_engine import connect, with_arrow
 from tracejoin.collector.sources import dynamo_jsonl
 from tracejoin.collector.sources.bulk_sql import MACROS
+from tracejoin.collector.sources.parsing import hex_id
+from tracejoin.collector.times import iso_to_ns
 
 from .common import median
 from .corpus import Corpus
-
-_TEXT = dynamo_jsonl._TEXT_FIELDS
-_LIFTED = dynamo_jsonl._LIFTED
 
 
 def _cpu() -> float:
@@ -36,31 +46,50 @@ def _cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def _orjson_columns(data: bytes) -> pa.Table:
-    """Both outputs through orjson, as lean as Python gets: each line parsed, its lifted fields
-    taken, the rest written back; then a column of each."""
+def _lifted_struct(msgspec):
+    """A msgspec Struct of what ingest takes of a Dynamo JSON line: its text fields (text or null,
+    as the parser requires), the fields its duration and status come from, and the contract's
+    attributes, any JSON value; a field named as its key, a dot written `_`."""
+    fields = {key: str | None for key in dynamo_jsonl._TEXT_FIELDS}
+    for key in ("error", "error_detail", "time.duration_us", "elapsed_ms", "status", "schema",
+                *record_contract.ATTRIBUTES):
+        fields.setdefault(key, Any)
+    return msgspec.defstruct("_Lifted", [(key.replace(".", "_"), kind, None) for key, kind in fields.items()],
+                             rename={key.replace(".", "_"): key for key in fields})
+
+
+def _columns(lines: list) -> pa.Table:
+    """The record's rule (as dynamo_jsonl's Reader applies it) over decoded lines, into columns."""
     rows = []
-    for line in data.split(b"\n"):
-        if not line.startswith(b"{"):
-            continue
-        obj = orjson.loads(line)
-        lifted = tuple(map(obj.get, _TEXT))
-        for key in _LIFTED.intersection(obj):
-            del obj[key]
-        obj["target"] = lifted[1]
-        rows.append((*lifted, orjson.dumps(obj)))
-    columns = list(zip(*rows))
-    return pa.table({**{k: pa.array(c, pa.string()) for k, c in zip(_TEXT, columns)},
-                     "attrs": pa.array(columns[-1], pa.binary())})
+    for line in lines:
+        message, target, span_name = line.message or "", line.target, line.span_name
+        duration, status = line.time_duration_us, line.status
+        rows.append((
+            iso_to_ns(line.time), line.level, message or span_name or target,
+            duration * 1000 if type(duration) is int else None,
+            str(status) if type(status) in (str, int) else None,
+            target.startswith("dynamo_llm::http") and (message == "request received"
+                                                       or (message == "SPAN_FIRST_ENTRY" and span_name == "http-request")),
+            hex_id(line.trace_id, 32), hex_id(line.span_id, 16), hex_id(line.parent_id, 16),
+        ))
+    names = ("time_ns", "level", "name", "duration_ns", "status", "entry", "trace_id", "span_id", "parent_span_id")
+    return pa.table({name: pa.array(column) for name, column in zip(names, zip(*rows))})
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--corpus", choices=("real", "demo"), default="real")
     parser.add_argument("--lines", type=int, default=200_000)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--data", type=Path, default=Path(tempfile.gettempdir()) / "tracejoin-bench")
     args = parser.parse_args()
-    corpus = Corpus(args.data / "ingest-corpus", max(1, args.lines // 11)).ensure()
+    requests = max(1, args.lines // 11)
+    if args.corpus == "real":
+        from .real_dynamo import RealDynamoCorpus
+
+        corpus = RealDynamoCorpus(args.data / "real-dynamo-corpus", requests, args.data / "real-dynamo-capture").ensure()
+    else:
+        corpus = Corpus(args.data / "ingest-corpus", requests).ensure()
     files = corpus.files()
     texts = [f.read_bytes() for f in files]
     lines = corpus.lines()
@@ -78,39 +107,51 @@ def main() -> None:
     con.register("bulk_lines", pa.Table.from_batches(lines_table.to_batches(max_chunksize=8192)))
     stage = dynamo_jsonl.BULK.select.replace("{lines}", "bulk_lines").replace("{{", "{").replace("}}", "}")
     paths = ", ".join(f"'{f}'" for f in files)
-    fields = pa.schema([(key, pa.string()) for key in _TEXT])
-    msgspec = _msgspec_decoder()
+
+    def stage_select():
+        con.execute(f"CREATE OR REPLACE TEMP TABLE s AS {stage}")
+
+    def per_line():
+        for path, lines_of in zip(files, split):
+            read = dynamo_jsonl.LineParser(str(path)).parse
+            for line in lines_of:
+                read(line)
 
     parsers = {
         "DuckDB read_json (the baseline: whole lines into a table)":
             lambda: con.execute(f"CREATE OR REPLACE TABLE t AS SELECT * FROM read_json([{paths}], union_by_name = true)"),
-        "the Dynamo source's stage select (DuckDB's JSON functions; both)":
-            lambda: con.execute(f"CREATE OR REPLACE TEMP TABLE s AS {stage}"),
-        "orjson through Python into Arrow columns (both)": lambda: [_orjson_columns(t) for t in texts],
-        "pyarrow.json, explicit schema (lifted fields only)":
-            lambda: [pa_json.read_json(pa.BufferReader(t), parse_options=pa_json.ParseOptions(
-                explicit_schema=fields, unexpected_field_behavior="ignore")) for t in texts],
+        "the Dynamo source's stage select (DuckDB, both cores)": stage_select,
+        "the per-line parser (dynamo_jsonl.LineParser)": per_line,
     }
-    if msgspec:
-        parsers["msgspec, a file a call, values raw (lifted fields only)"] = \
-            lambda: [msgspec.decode(b"[" + t.rstrip(b"\n").replace(b"\n", b",") + b"]") for t in texts]
-    print(f"{lines:,} Dynamo lines, {corpus.bytes() / 1e6:.0f} MB; CPU µs a line, median of {args.runs}")
-    for name, run in parsers.items():
-        seconds = []
-        for _ in range(args.runs):
-            start = _cpu()
-            run()
-            seconds.append(_cpu() - start)
-        print(f"  {median(seconds) / lines * 1e6:6.2f}  {name}")
-
-
-def _msgspec_decoder():
     try:
         import msgspec
     except ImportError:
-        print("msgspec is not installed (pip install msgspec): its row is left out")
-        return None
-    return msgspec.json.Decoder(list[dict[str, msgspec.Raw]])
+        print("msgspec is not installed (pip install msgspec): its rows are left out")
+    else:
+        lifted = _lifted_struct(msgspec)
+        decoder = msgspec.json.Decoder(lifted)
+        parsers["msgspec into one Struct of the lifted fields, a file a call"] = \
+            lambda: [decoder.decode_lines(t) for t in texts]
+        rules = lambda: [_columns(decoder.decode_lines(t)) for t in texts]  # noqa: E731
+        parsers["… then the record's rule per line into Arrow columns (one core)"] = rules
+
+        def beside_the_select():
+            duckdb_work = threading.Thread(target=stage_select)
+            duckdb_work.start()
+            rules()
+            duckdb_work.join()
+
+        parsers["… while DuckDB runs the stage select (wall: does it hide?)"] = beside_the_select
+    print(f"{lines:,} Dynamo lines ({args.corpus}), {corpus.bytes() / 1e6:.0f} MB; median of {args.runs}")
+    print("  CPU µs a line   wall s")
+    for name, run in parsers.items():
+        cpu, wall = [], []
+        for _ in range(args.runs):
+            start, started = _cpu(), time.perf_counter()
+            run()
+            cpu.append(_cpu() - start)
+            wall.append(time.perf_counter() - started)
+        print(f"  {median(cpu) / lines * 1e6:14.2f}   {median(wall):6.2f}   {name}")
 
 
 if __name__ == "__main__":
