@@ -21,6 +21,7 @@ and read again when shown. The ways measured:
 from __future__ import annotations
 
 import argparse
+import operator
 import resource
 import tempfile
 import threading
@@ -28,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pyarrow as pa
 
 from tracejoin.collector import record_contract
@@ -59,20 +61,30 @@ def _lifted_struct(msgspec):
 
 
 def _columns(lines: list) -> pa.Table:
-    """The record's rule (as dynamo_jsonl's Reader applies it) over decoded lines, into columns."""
+    """The record's rule (as dynamo_jsonl's Reader applies it) over decoded lines, into the columns a
+    stage of them needs: the record's, its attributes as JSON text, and what its ids are read from."""
+    attributes = record_contract.ATTRIBUTES
+    contract = operator.attrgetter(*(key.replace(".", "_") for key in attributes))
     rows = []
     for line in lines:
         message, target, span_name = line.message or "", line.target, line.span_name
         duration, status = line.time_duration_us, line.status
+        values = contract(line)
+        attrs = None if values.count(None) == len(values) else orjson.dumps(
+            {key: value for key, value in zip(attributes, values) if value is not None}).decode()
         rows.append((
             iso_to_ns(line.time), line.level, message or span_name or target,
             duration * 1000 if type(duration) is int else None,
             str(status) if type(status) in (str, int) else None,
             target.startswith("dynamo_llm::http") and (message == "request received"
                                                        or (message == "SPAN_FIRST_ENTRY" and span_name == "http-request")),
-            hex_id(line.trace_id, 32), hex_id(line.span_id, 16), hex_id(line.parent_id, 16),
+            hex_id(line.trace_id, 32), hex_id(line.span_id, 16), hex_id(line.parent_id, 16), attrs,
+            line.request_id or line.x_dynamo_request_id, line.x_dynamo_request_id, line.x_request_id, message,
+            line.error if type(line.error) is str else None,
+            line.error_detail if type(line.error_detail) is str else None,
         ))
-    names = ("time_ns", "level", "name", "duration_ns", "status", "entry", "trace_id", "span_id", "parent_span_id")
+    names = ("time_ns", "level", "name", "duration_ns", "status", "entry", "trace_id", "span_id", "parent_span_id",
+             "attrs", "request_id", "x_dynamo_request_id", "x_request_id", "message", "error", "error_detail")
     return pa.table({name: pa.array(column) for name, column in zip(names, zip(*rows))})
 
 
