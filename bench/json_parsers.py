@@ -97,9 +97,15 @@ def main() -> None:
     args = parser.parse_args()
     requests = max(1, args.lines // 11)
     if args.corpus == "real":
+        from tracejoin.cli.demo.dynamo import DynamoUnavailable
+
         from .real_dynamo import RealDynamoCorpus
 
-        corpus = RealDynamoCorpus(args.data / "real-dynamo-corpus", requests, args.data / "real-dynamo-capture").ensure()
+        try:
+            corpus = RealDynamoCorpus(args.data / "real-dynamo-corpus", requests,
+                                      args.data / "real-dynamo-capture").ensure()
+        except DynamoUnavailable as e:
+            raise SystemExit(f"bench.json_parsers: no real Dynamo lines here ({e}); --corpus demo reads the demo's")
     else:
         corpus = Corpus(args.data / "ingest-corpus", requests).ensure()
     files = corpus.files()
