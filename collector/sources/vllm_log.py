@@ -348,18 +348,21 @@ class Reader:
 _PROCESS_TAGS = re.compile(r"\(([A-Za-z][\w\[\]]*)(?: rank=\d+)? pid=(\d+)\) ")
 
 
+_BRACKET = re.compile(r"[(\[{)\]}]")
+
+
 def _balanced(text: str, start: int) -> str:
     """The text from `start` to the end of its first bracketed group (`SamplingParams(…)`), or to
-    the end of the text."""
+    the end of the text. (Only the brackets are visited: a character at a time, a line's
+    parameters cost more than the rest of its reading.)"""
     depth = 0
-    for i in range(start, len(text)):
-        ch = text[i]
-        if ch in "([{":
+    for bracket in _BRACKET.finditer(text, start):
+        if bracket.group() in "([{":
             depth += 1
-        elif ch in ")]}":
+        else:
             depth -= 1
             if depth == 0:
-                return text[start:i + 1]
+                return text[start:bracket.end()]
     return text[start:]
 
 
