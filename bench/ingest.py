@@ -76,7 +76,7 @@ def ingester_seconds(files: list[Path], db: Path) -> float:
 
 def run(cfg: Config, lines: int, small_files_count: int, notes: list[str]) -> list[Row]:
     return (lines_run(cfg, lines, notes) + real_dynamo_run(cfg, lines) + mixed_run(cfg, lines)
-            + many_files_run(cfg, small_files_count))
+            + engine_logs_run(cfg, lines) + many_files_run(cfg, small_files_count))
 
 
 def lines_run(cfg: Config, lines: int, notes: list[str]) -> list[Row]:
@@ -222,6 +222,53 @@ def mixed_run(cfg: Config, lines: int) -> list[Row]:
                 median(baseline) / median(cli) >= TARGET_MIXED_RATIO,
                 f"{kinds}; baseline: DuckDB reading the same files (read_json; read_csv of whole lines for text)"),
             _floor_row(baseline, cfg, db, base_rate, megabytes, "MB/s", TARGET_MIXED_RATIO)]
+
+
+# -- vLLM's and SGLang's own logs -----------------------------------------------------------------
+
+# The engines whose servers' logs the mixed corpus lacks: their lines are read one at a time by
+# their Python readers (TensorRT-LLM's and Dynamo's are read in bulk).
+LOG_ENGINES = ("vllm", "sglang")
+
+
+def engine_logs(cfg: Config, engine: str, each: int) -> list[Path]:
+    """The servers' logs `trace-join demo --engine <engine>` writes in the engine's own formats,
+    each file's lines repeated to about `each` bytes (each file starts with its own process id, so
+    ingest reads every one)."""
+    folder = cfg.data / f"{engine}-logs-{each}"
+    done = folder / "made"
+    if not done.exists():
+        shutil.rmtree(folder, ignore_errors=True)
+        demo = folder / "demo"
+        demo.mkdir(parents=True)
+        check(run_child([TRACE_JOIN, "demo", "--engine", engine, "--db", str(folder / "demo.duckdb"),
+                         "--folder", str(demo)]), f"trace-join demo --engine {engine}")
+        run = next(demo.iterdir())
+        for source in sorted((run / "logs").iterdir()):
+            text = source.read_bytes()
+            (folder / source.name).write_bytes(text * max(1, each // len(text)))
+        shutil.rmtree(demo)
+        done.touch()
+    return sorted(folder.glob("*.log"))
+
+
+def engine_logs_run(cfg: Config, lines: int) -> list[Row]:
+    """`trace-join ingest` of each engine's logs, as many bytes as each format of the mixed corpus,
+    against DuckDB storing the same files as whole lines (`read_csv`)."""
+    each = sum(f.stat().st_size for f in Corpus(cfg.data / "ingest-corpus", max(1, lines // 11)).ensure().files()[::4])
+    rows = []
+    for engine in LOG_ENGINES:
+        files = engine_logs(cfg, engine, each // 4)
+        baseline, cli = [], []
+        for _ in range(cfg.runs):
+            baseline.append(duckdb_reading_seconds({"logs": files}, cfg.data / f"{engine}-baseline.duckdb"))
+            cli.append(ingest_child(files, cfg.data / f"{engine}.duckdb").seconds)
+        megabytes = sum(f.stat().st_size for f in files) / 1e6
+        rows.append(Row("1 ingest", f"{engine} servers' logs: `trace-join ingest` (whole command), MB/s",
+                        megabytes / median(cli), "MB/s", megabytes / median(baseline), "", None,
+                        f"{megabytes:.0f} MB, {len(files)} files of the demo's lines in {engine}'s own format, "
+                        f"read a line at a time; baseline: read_csv of whole lines"))
+    return rows
 
 
 # -- many small files --------------------------------------------------------------------------
