@@ -146,35 +146,45 @@ TARGET_MIXED_RATIO = 0.4
 MIXED_FORMATS = {"perf_metrics": "json", "otlp": "json", "logs": "text"}
 
 
-def mixed_corpus(cfg: Config, lines: int) -> dict[str, list[Path]]:
-    """A quarter of the Dynamo corpus's files, and as many bytes of each other format: one file for
-    each file of `trace-join demo`'s run, its lines repeated (repeated ids do not change what
-    reading them costs; each file starts differently, so ingest reads each one)."""
+def _format_bytes(cfg: Config, lines: int) -> tuple[list[Path], int]:
+    """A quarter of the Dynamo corpus's files, and their bytes: how many each other format gets."""
     dynamo = Corpus(cfg.data / "ingest-corpus", max(1, lines // 11)).ensure().files()[::4]
-    each = sum(f.stat().st_size for f in dynamo)
-    folder = cfg.data / f"mixed-corpus-{each}"
+    return dynamo, sum(f.stat().st_size for f in dynamo)
+
+
+def demo_files(folder: Path, demo_args: list[str], kinds, each: int) -> dict[str, list[Path]]:
+    """The files of one `trace-join demo` run (with `demo_args`) under each of its folders `kinds`,
+    each file's lines repeated so that a kind's files weigh about `each` bytes (repeated ids do not
+    change what reading them costs; each file starts differently, so ingest reads each one): made
+    once into `folder`, and reused."""
     done = folder / "made"
     if not done.exists():
         shutil.rmtree(folder, ignore_errors=True)
         demo = folder / "demo"
         demo.mkdir(parents=True)
-        check(run_child([TRACE_JOIN, "demo", "--db", str(folder / "demo.duckdb"), "--folder", str(demo)]),
-              "trace-join demo")
+        check(run_child([TRACE_JOIN, "demo", *demo_args, "--db", str(folder / "demo.duckdb"), "--folder", str(demo)]),
+              " ".join(["trace-join demo", *demo_args]))
         run = next(demo.iterdir())
-        for kind in MIXED_FORMATS:
+        for kind in kinds:
             sources = sorted(p for p in (run / kind).rglob("*") if p.is_file() and p.stat().st_size)
             total = sum(p.stat().st_size for p in sources)
             for i, source in enumerate(sources):
                 text = source.read_bytes()
                 if not text.endswith(b"\n"):
                     text += b"\n"
-                copies = max(1, each // total)
                 out = folder / kind / f"{i:02d}-{source.name}"
                 out.parent.mkdir(parents=True, exist_ok=True)
-                out.write_bytes(text * copies)
+                out.write_bytes(text * max(1, each // total))
         shutil.rmtree(demo)
         done.touch()
-    return {**{kind: sorted((folder / kind).iterdir()) for kind in MIXED_FORMATS}, "dynamo": dynamo}
+    return {kind: sorted((folder / kind).iterdir()) for kind in kinds}
+
+
+def mixed_corpus(cfg: Config, lines: int) -> dict[str, list[Path]]:
+    """A quarter of the Dynamo corpus's files, and as many bytes of each other format: the files of
+    `trace-join demo`'s run (its simulated TensorRT-LLM deployment)."""
+    dynamo, each = _format_bytes(cfg, lines)
+    return {**demo_files(cfg.data / f"mixed-corpus-{each}", [], MIXED_FORMATS, each), "dynamo": dynamo}
 
 
 def duckdb_reading_seconds(files: dict[str, list[Path]], db: Path) -> float:
@@ -231,34 +241,14 @@ def mixed_run(cfg: Config, lines: int) -> list[Row]:
 LOG_ENGINES = ("vllm", "sglang")
 
 
-def engine_logs(cfg: Config, engine: str, each: int) -> list[Path]:
-    """The servers' logs `trace-join demo --engine <engine>` writes in the engine's own formats,
-    each file's lines repeated to about `each` bytes (each file starts with its own process id, so
-    ingest reads every one)."""
-    folder = cfg.data / f"{engine}-logs-{each}"
-    done = folder / "made"
-    if not done.exists():
-        shutil.rmtree(folder, ignore_errors=True)
-        demo = folder / "demo"
-        demo.mkdir(parents=True)
-        check(run_child([TRACE_JOIN, "demo", "--engine", engine, "--db", str(folder / "demo.duckdb"),
-                         "--folder", str(demo)]), f"trace-join demo --engine {engine}")
-        run = next(demo.iterdir())
-        for source in sorted((run / "logs").iterdir()):
-            text = source.read_bytes()
-            (folder / source.name).write_bytes(text * max(1, each // len(text)))
-        shutil.rmtree(demo)
-        done.touch()
-    return sorted(folder.glob("*.log"))
-
-
 def engine_logs_run(cfg: Config, lines: int) -> list[Row]:
-    """`trace-join ingest` of each engine's logs, as many bytes as each format of the mixed corpus,
+    """`trace-join ingest` of each engine's servers' logs, as `trace-join demo --engine <engine>`
+    writes them in the engine's own formats, as many bytes as each format of the mixed corpus,
     against DuckDB storing the same files as whole lines (`read_csv`)."""
-    each = sum(f.stat().st_size for f in Corpus(cfg.data / "ingest-corpus", max(1, lines // 11)).ensure().files()[::4])
+    _, each = _format_bytes(cfg, lines)
     rows = []
     for engine in LOG_ENGINES:
-        files = engine_logs(cfg, engine, each // 4)
+        files = demo_files(cfg.data / f"{engine}-logs-{each}", ["--engine", engine], ["logs"], each)["logs"]
         baseline, cli = [], []
         for _ in range(cfg.runs):
             baseline.append(duckdb_reading_seconds({"logs": files}, cfg.data / f"{engine}-baseline.duckdb"))
