@@ -76,8 +76,9 @@ def _columns(lines: list) -> pa.Table:
             iso_to_ns(line.time), line.level, message or span_name or target,
             duration * 1000 if type(duration) is int else None,
             str(status) if type(status) in (str, int) else None,
-            target.startswith("dynamo_llm::http") and (message == "request received"
-                                                       or (message == "SPAN_FIRST_ENTRY" and span_name == "http-request")),
+            target.startswith(dynamo_jsonl._FRONTEND_TARGET)
+            and (message == dynamo_jsonl._ENTRY
+                 or (message == dynamo_jsonl._SPAN_ENTERED and span_name == dynamo_jsonl._FRONTEND_SPAN)),
             hex_id(line.trace_id, 32), hex_id(line.span_id, 16), hex_id(line.parent_id, 16), attrs,
             line.request_id or line.x_dynamo_request_id, line.x_dynamo_request_id, line.x_request_id, message,
             line.error if type(line.error) is str else None,

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import partial
+from operator import attrgetter
 
 import orjson
 
@@ -55,6 +56,8 @@ RECORD_COLUMNS = (*_STORED_COLUMNS, *_FACTS)
 _SELECT_RECORDS = ", ".join(f'"{c}"' for c in _STORED_COLUMNS) + ", " + record_contract.columns(*_FACTS)
 # Records a walk reads whole as it goes (IdGraph.load), those of a few requests.
 WHOLE_RECORDS = 1000
+# What the requests build groups a walked record by, read off its node.
+_grouped_columns = attrgetter(*GROUPED_COLUMNS)
 
 
 @dataclass(slots=True)
@@ -293,8 +296,7 @@ class IdGraph:
         """The requests these records belong to, in order of their first record; each record's
         worker as settled within its request (what `rows` shows)."""
         scope = self._closure(seeds)  # every record of it loaded by the walk
-        grouped = group_records(self.store, sorted(scope),
-                                lambda r: tuple(getattr(self.nodes[r], column) for column in GROUPED_COLUMNS))
+        grouped = group_records(self.store, sorted(scope), lambda r: _grouped_columns(self.nodes[r]))
         self._worker_in_request.update(grouped.renamed)
         members: dict[int, set[int]] = {}
         for r, q in grouped.request_of.items():
