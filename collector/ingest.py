@@ -34,8 +34,8 @@ BULK_BATCH_RECORDS = 250_000
 SNIFF_LINES = 20
 # Stream bytes read between two commits even when they hold no records (a file of blank lines, a
 # gzip bomb of newlines): a long read keeps its progress. Also what a bulk stage reads at most: its
-# lines are held beside DuckDB's budget while it reads them, and a 5 GB ingest peaked at 501 MB
-# with 64 MB stages, 467 MB with 48 MB ones (docs/performance.md).
+# lines are held beside DuckDB's budget while it reads them, so this bounds a large ingest's peak
+# memory (docs/performance.md, memory).
 FLUSH_BYTES = 48 << 20
 
 

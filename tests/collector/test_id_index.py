@@ -72,8 +72,8 @@ def test_ids_are_found_in_the_tail_in_runs_and_after_merges(db, monkeypatch):
 
 
 def test_a_long_run_of_writes_merges_its_runs_once_at_its_end(db, monkeypatch):
-    # An ingest writes a batch every 64 MB of lines; merging their runs FANIN at a time as they came
-    # rewrote each id once a tier (5 times at 45M ids, 24 s of a 145 s ingest of 5.5 GB).
+    # An ingest writes a batch every ingest.FLUSH_BYTES of lines; merging their runs FANIN at a time
+    # as they came would rewrite each id once a tier.
     monkeypatch.setattr(id_index, "BASE_ROWS", 300)
     merged: list[list[int]] = []
     merge = id_index._merge
